@@ -1,0 +1,1 @@
+"""Tuned tables shipped with the package (one CSV per device family)."""

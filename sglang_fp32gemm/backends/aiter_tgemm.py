@@ -1,0 +1,162 @@
+"""aiter backend: ``aiter.tuned_gemm.tgemm.mm(x, w, otype=fp32)``, only when provably fp32.
+
+Deployed aiter builds either have no fp32-output FlyDSL HGEMM or one that
+rounds C to bf16 before the LDS shuffle (fixed by ROCm/aiter PR #6005, which
+renamed the fixed kernel ``hgemm_bf16_fp32c_...``), and aiter's shipped
+tables hold "fp32" rows that point at bf16 kernels. So a call is taken only
+when all of these hold in the *installed* aiter:
+
+1. aiter's own tuned lookup for this (M, N, K, bf16 -> fp32) resolves to a
+   ``flydsl`` row (not hipBLASLt/torch, whose fp32 path aiter casts from bf16
+   in some versions);
+2. that row's kernelName says fp32 output;
+3. aiter's FlyDSL kernel source carries the fixed kernel's ``hgemm_bf16_fp32c_``
+   name, i.e. the C-in-fp32 fix is in this build.
+
+The precision probe (backends/probe.py) still checks the result before the
+first routed call; this module only avoids routing to a build that cannot be
+right. ``aiter`` is imported lazily: its import fails without ROCm.
+"""
+
+import functools
+import importlib
+import importlib.util
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from sglang_fp32gemm.backends.base import OK, Backend, Verdict
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from sglang_fp32gemm.table import TunedRow
+
+logger = logging.getLogger(__name__)
+
+FIXED_KERNEL_MARK = "hgemm_bf16_fp32c_"
+
+
+def _is_rocm_torch() -> bool:
+    import torch
+
+    return bool(getattr(torch.version, "hip", None))
+
+
+@functools.lru_cache(maxsize=None)
+def aiter_has_fp32c_kernel(package_dir: str) -> Optional[str]:
+    """The aiter source file that names the fixed fp32-C kernel, or None.
+
+    Looks in aiter's FlyDSL ops (where the HGEMM and its kernel name live);
+    reads text only, imports nothing.
+    """
+    root = Path(package_dir)
+    for sub in ("ops/flydsl", "aot/flydsl"):
+        d = root / sub
+        if not d.is_dir():
+            continue
+        for f in sorted(d.rglob("*.py")):
+            try:
+                if FIXED_KERNEL_MARK in f.read_text(errors="replace"):
+                    return str(f)
+            except OSError:
+                continue
+    return None
+
+
+def _aiter_package_dir() -> Optional[str]:
+    spec = importlib.util.find_spec("aiter")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+class AiterBackend(Backend):
+    """Routes to aiter's tuned GEMM when its FlyDSL kernel keeps C in fp32."""
+
+    name = "aiter"
+    libtype = "flydsl"
+    # Device types a call may be on; tests with the fake aiter add "cpu".
+    device_types: tuple[str, ...] = ("cuda",)
+
+    def available(self) -> Verdict:
+        if not _is_rocm_torch():
+            return False, "torch is not a ROCm build"
+        try:
+            importlib.import_module("aiter")
+            importlib.import_module("aiter.tuned_gemm")
+        except Exception as e:  # ImportError, or aiter's own start-up errors without ROCm tools
+            return False, f"aiter not importable: {type(e).__name__}: {e}"
+        pkg = _aiter_package_dir()
+        if pkg is None or aiter_has_fp32c_kernel(pkg) is None:
+            # Not fatal for available(): supports() gives the per-call reason,
+            # but say it once here too, it is the usual case.
+            logger.info("aiter: no %s kernel in the installed aiter; its fp32 FlyDSL output is bf16-rounded",
+                        FIXED_KERNEL_MARK)
+        return OK
+
+    def _lookup(self, m: int, n: int, k: int) -> tuple[Optional[dict], str]:
+        try:
+            tg = importlib.import_module("aiter.tuned_gemm")
+            get_cfg = getattr(tg, "get_GEMM_A16W16_config")
+        except Exception as e:
+            return None, f"aiter's tuned lookup is not reachable ({type(e).__name__}: {e})"
+        try:
+            cfg = get_cfg(m, n, k, False, "torch.bfloat16", "torch.float32", False, False)
+        except Exception as e:
+            return None, f"aiter's tuned lookup failed ({type(e).__name__}: {e})"
+        if cfg is None:
+            return None, f"aiter has no tuned row for M={m} N={n} K={k} bf16->fp32"
+        return dict(cfg), ""
+
+    def supports(self, x: "torch.Tensor", w: "torch.Tensor", row: "TunedRow") -> Verdict:
+        import torch
+
+        if x.dtype != torch.bfloat16 or w.dtype != torch.bfloat16:
+            return False, f"dtypes {x.dtype} x {w.dtype}, need bfloat16 x bfloat16"
+        if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1]:
+            return False, f"need x[M,K] and w[N,K], got {tuple(x.shape)} and {tuple(w.shape)}"
+        if not x.is_contiguous() or not w.is_contiguous():
+            return False, "x and w must be contiguous"
+        if x.device.type not in self.device_types or x.device != w.device:
+            return False, f"x on {x.device}, w on {w.device}: need the same ROCm device"
+        if str(row.outdtype) != "torch.float32":
+            return False, f"row outdtype {row.outdtype}, need torch.float32"
+        m, k = x.shape
+        n = w.shape[0]
+        cfg, why = self._lookup(m, n, k)
+        if cfg is None:
+            return False, why
+        lib = str(cfg.get("libtype", ""))
+        name = str(cfg.get("kernelName", "") or "")
+        if lib != "flydsl":
+            return False, f"aiter resolves M={m} N={n} K={k} to libtype {lib!r}, not a FlyDSL fp32-C kernel"
+        out_dt = _kernel_out_dtype(name)
+        if out_dt != "fp32":
+            return False, f"aiter's row kernel {name!r} has output {out_dt or '?'}: its C is not fp32"
+        pkg = _aiter_package_dir()
+        if pkg is None or aiter_has_fp32c_kernel(pkg) is None:
+            return False, (f"installed aiter lacks the {FIXED_KERNEL_MARK}... kernel (aiter PR #6005): "
+                           "its FlyDSL HGEMM rounds C to bf16 before writing fp32")
+        return OK
+
+    def run(self, x: "torch.Tensor", w: "torch.Tensor", row: "TunedRow") -> "torch.Tensor":
+        import torch
+        from aiter.tuned_gemm import tgemm
+
+        out = tgemm.mm(x, w, otype=torch.float32)
+        if out.dtype != torch.float32 or tuple(out.shape) != (x.shape[0], w.shape[0]):
+            raise RuntimeError(f"aiter tgemm.mm returned {out.dtype} {tuple(out.shape)}, "
+                               f"expected float32 {(x.shape[0], w.shape[0])}")
+        return out
+
+
+def _kernel_out_dtype(name: str) -> Optional[str]:
+    """Output dtype named by an aiter FlyDSL kernelName, or None if it does not parse."""
+    from sglang_fp32gemm.backends.flydsl_gfx950 import FlyDSLConfig
+
+    try:
+        return FlyDSLConfig.parse(name).out_dtype
+    except ValueError:
+        return None
+

@@ -1,0 +1,37 @@
+"""The fallback every routed call can take, and the float64 reference.
+
+``mm_fp32`` is exactly SGLang's default ``linear_bf16_fp32`` path (cuBLAS or
+hipBLASLt through ``torch.mm(out_dtype=fp32)`` for bf16 CUDA tensors, an
+fp32 upcast elsewhere), extended to any leading shape: the result is never
+rounded to 16 bits.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def mm_fp32(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """out[..., N] fp32 = x[..., K] @ w[N, K]^T."""
+    if x.dim() != 2:
+        lead = x.shape[:-1]
+        return mm_fp32(x.reshape(-1, x.shape[-1]), w).reshape(*lead, w.shape[0])
+    if x.is_cuda and x.dtype == torch.bfloat16 and w.dtype == torch.bfloat16:
+        return torch.mm(x, w.t(), out_dtype=torch.float32)
+    return torch.mm(x.float(), w.float().t())
+
+
+def reference_fp64(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The exact product of the given (rounded) inputs, in float64."""
+    return x.double() @ w.double().t()
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in float64; inf for non-finite output."""
+    out = out.double()
+    if not bool(torch.isfinite(out).all()):
+        return float("inf")
+    denom = ref.double().norm()
+    if float(denom) == 0.0:
+        return float((out - ref.double()).norm())
+    return float((out - ref.double()).norm() / denom)

@@ -1,0 +1,273 @@
+"""Tuned tables: aiter's CSV schema, validated once, looked up like aiter.
+
+A row says: on this device (``gfx``, ``cu_num``), for this shape and dtypes,
+run this kernel (``libtype`` + ``kernelName``). Files are the packaged
+``configs/*.csv`` followed by the paths in ``SGLANG_FLYDSL_FP32_GEMM_CONFIG``;
+a later file's row replaces an earlier one with the same key.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import logging
+import math
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Iterable, Optional
+
+from sglang_fp32gemm.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+HEADER = (
+    "gfx", "cu_num", "M", "N", "K", "bias", "dtype", "outdtype", "scaleAB",
+    "bpreshuffle", "libtype", "solidx", "splitK", "us", "kernelName",
+    "err_ratio", "tflops", "bw",
+)
+# aiter's lookup key: the first ten columns.
+KEY_COLUMNS = HEADER[:10]
+# libtypes aiter writes; only the last two are served by a fast backend here,
+# the rest name a library this plugin leaves to torch.
+KNOWN_LIBTYPES = frozenset({"hipblaslt", "rocblas", "asm", "skinny", "torch", "flydsl", "triton"})
+DTYPES = frozenset({"torch.bfloat16", "torch.float16", "torch.float32"})
+M_BUCKET_LIMIT = 256  # aiter rounds M up to a multiple of 16 only up to here
+
+
+@dataclasses.dataclass(frozen=True)
+class TunedRow:
+    gfx: str
+    cu_num: int
+    M: int
+    N: int
+    K: int
+    bias: bool
+    dtype: str
+    outdtype: str
+    scaleAB: bool
+    bpreshuffle: bool
+    libtype: str
+    solidx: int
+    splitK: int
+    us: float
+    kernelName: str
+    err_ratio: float
+    tflops: float
+    bw: float
+    source: str = ""  # "file:line", for messages
+
+    @property
+    def key(self) -> tuple:
+        return tuple(getattr(self, c) for c in KEY_COLUMNS)
+
+    def to_csv_fields(self) -> list[str]:
+        out = []
+        for c in HEADER:
+            v = getattr(self, c)
+            out.append(str(v))
+        return out
+
+
+def format_rows(rows: Iterable[TunedRow]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(HEADER)
+    for r in rows:
+        w.writerow(r.to_csv_fields())
+    return buf.getvalue()
+
+
+def _parse_bool(text: str, where: str, col: str) -> bool:
+    t = text.strip().lower()
+    if t in ("true", "1"):
+        return True
+    if t in ("false", "0"):
+        return False
+    raise ConfigError(f"{where}: column {col!r} must be True or False, got {text!r}")
+
+
+def _parse_int(text: str, where: str, col: str, minimum: int = 0) -> int:
+    try:
+        v = int(text.strip())
+    except ValueError:
+        raise ConfigError(f"{where}: column {col!r} must be an integer, got {text!r}") from None
+    if v < minimum:
+        raise ConfigError(f"{where}: column {col!r} must be >= {minimum}, got {v}")
+    return v
+
+
+def _parse_float(text: str, where: str, col: str) -> float:
+    try:
+        v = float(text.strip())
+    except ValueError:
+        raise ConfigError(f"{where}: column {col!r} must be a number, got {text!r}") from None
+    if math.isnan(v):
+        raise ConfigError(f"{where}: column {col!r} must be a number, got {text!r}")
+    return v
+
+
+def parse_csv(text: str, name: str) -> list[TunedRow]:
+    """Parse and validate one table; errors name ``name:line``."""
+    reader = csv.reader(io.StringIO(text))
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise ConfigError(f"{name}:1: empty file, expected the header {','.join(HEADER)}") from None
+    header = [h.strip() for h in header]
+    missing = [c for c in HEADER if c not in header]
+    if missing:
+        raise ConfigError(f"{name}:1: header lacks column(s) {', '.join(missing)}")
+    idx = {c: header.index(c) for c in HEADER}
+    rows: list[TunedRow] = []
+    seen: dict[tuple, int] = {}
+    for lineno, fields in enumerate(reader, start=2):
+        if not fields or all(not f.strip() for f in fields) or fields[0].lstrip().startswith("#"):
+            continue
+        where = f"{name}:{lineno}"
+        if len(fields) < len(header):
+            raise ConfigError(f"{where}: {len(fields)} fields, the header has {len(header)}")
+        f = {c: fields[i].strip() for c, i in idx.items()}
+        if not f["gfx"]:
+            raise ConfigError(f"{where}: column 'gfx' is empty")
+        for c in ("dtype", "outdtype"):
+            if f[c] not in DTYPES:
+                raise ConfigError(f"{where}: column {c!r} must be one of {sorted(DTYPES)}, got {f[c]!r}")
+        if f["libtype"] not in KNOWN_LIBTYPES:
+            raise ConfigError(f"{where}: unknown libtype {f['libtype']!r} (known: {', '.join(sorted(KNOWN_LIBTYPES))})")
+        row = TunedRow(
+            gfx=f["gfx"],
+            cu_num=_parse_int(f["cu_num"], where, "cu_num", 1),
+            M=_parse_int(f["M"], where, "M", 1),
+            N=_parse_int(f["N"], where, "N", 1),
+            K=_parse_int(f["K"], where, "K", 1),
+            bias=_parse_bool(f["bias"], where, "bias"),
+            dtype=f["dtype"],
+            outdtype=f["outdtype"],
+            scaleAB=_parse_bool(f["scaleAB"], where, "scaleAB"),
+            bpreshuffle=_parse_bool(f["bpreshuffle"], where, "bpreshuffle"),
+            libtype=f["libtype"],
+            solidx=_parse_int(f["solidx"], where, "solidx", -1) if f["solidx"] else 0,
+            splitK=_parse_int(f["splitK"], where, "splitK", 0) if f["splitK"] else 0,
+            us=_parse_float(f["us"], where, "us") if f["us"] else 0.0,
+            kernelName=f["kernelName"],
+            err_ratio=_parse_float(f["err_ratio"], where, "err_ratio") if f["err_ratio"] else 0.0,
+            tflops=_parse_float(f["tflops"], where, "tflops") if f["tflops"] else 0.0,
+            bw=_parse_float(f["bw"], where, "bw") if f["bw"] else 0.0,
+            source=where,
+        )
+        if row.libtype in ("flydsl", "triton") and not row.kernelName:
+            raise ConfigError(f"{where}: libtype {row.libtype!r} needs a kernelName")
+        if row.key in seen:
+            raise ConfigError(f"{where}: duplicate key {row.key} (first at line {seen[row.key]})")
+        seen[row.key] = lineno
+        rows.append(row)
+    return rows
+
+
+def read_csv_file(path: str | os.PathLike) -> list[TunedRow]:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: tuned table not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{p}: tuned table unreadable ({e})") from None
+    return parse_csv(text, str(p))
+
+
+def packaged_tables() -> list[tuple[str, str]]:
+    """(name, text) of every CSV shipped in ``sglang_fp32gemm.configs``, sorted."""
+    try:
+        root = resources.files("sglang_fp32gemm.configs")
+    except ModuleNotFoundError:
+        # Run from a source checkout without installing: configs/ is beside the package.
+        root = Path(__file__).resolve().parent.parent / "configs"
+    out = []
+    for entry in sorted(root.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".csv"):
+            out.append((f"configs/{entry.name}", entry.read_text()))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceKey:
+    gfx: str      # "gfx950" on ROCm, "sm90" on CUDA
+    cu_num: int   # CUs on ROCm, SMs on CUDA
+
+    def __str__(self) -> str:
+        return f"{self.gfx}:{self.cu_num}"
+
+
+def device_key(device) -> Optional[DeviceKey]:
+    """The table key of a torch device, or None for CPU and unknown devices."""
+    import torch
+
+    if getattr(device, "type", None) != "cuda" or not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(device)
+    if getattr(torch.version, "hip", None):
+        arch = getattr(props, "gcnArchName", "") or ""
+        gfx = arch.split(":")[0]
+    else:
+        gfx = f"sm{props.major}{props.minor}"
+    return DeviceKey(gfx, int(props.multi_processor_count))
+
+
+def m_candidates(m: int) -> list[int]:
+    """aiter's order: exact M, M rounded up to 16 (M <= 256), next power of two."""
+    out = [m]
+    if m <= M_BUCKET_LIMIT:
+        r16 = (m + 15) // 16 * 16
+        if r16 not in out:
+            out.append(r16)
+    p2 = 1 << max(0, (m - 1).bit_length())
+    if p2 not in out:
+        out.append(p2)
+    return out
+
+
+class TunedTable:
+    """All rows, merged in file order, indexed by aiter's key."""
+
+    def __init__(self, rows_by_file: list[tuple[str, list[TunedRow]]]):
+        self.files = [name for name, _ in rows_by_file]
+        self._rows: dict[tuple, TunedRow] = {}
+        for _name, rows in rows_by_file:
+            for r in rows:
+                prev = self._rows.get(r.key)
+                if prev is not None:
+                    logger.debug("tuned row %s overrides %s", r.source, prev.source)
+                self._rows[r.key] = r
+
+    @classmethod
+    def load(cls, extra_paths: Iterable[str] = ()) -> "TunedTable":
+        files = [(name, parse_csv(text, name)) for name, text in packaged_tables()]
+        for p in extra_paths:
+            files.append((str(p), read_csv_file(p)))
+        return cls(files)
+
+    def rows(self) -> list[TunedRow]:
+        return list(self._rows.values())
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def lookup(
+        self,
+        dev: DeviceKey,
+        m: int,
+        n: int,
+        k: int,
+        dtype: str = "torch.bfloat16",
+        outdtype: str = "torch.float32",
+        bias: bool = False,
+    ) -> Optional[TunedRow]:
+        if m <= 0:
+            return None
+        for mm in m_candidates(m):
+            r = self._rows.get((dev.gfx, dev.cu_num, mm, n, k, bias, dtype, outdtype, False, False))
+            if r is not None:
+                return r
+        return None

@@ -1,0 +1,1 @@
+"""Command-line tools: benchmark, tuner and the CUDA-graph timing harness."""
