@@ -36,14 +36,19 @@ ATOL, RTOL = 1e-2, 1e-4
 
 
 def candidates(m: int, n: int, k: int, wide: bool = False) -> list[ts.SplitKConfig]:
-    """The search space for one shape, pruned by what the first H200 sweep showed."""
+    """The search space for one shape.
+
+    Split counts need not be powers of two (K=7168 = 7 * 1024): 7, 14 and 28
+    give grids that fill 132 SMs better. BM=16 with two M tiles is tried for
+    M up to 32 (the second read of W then hits the L2).
+    """
     big = m > 32
-    bms = {max(16, 1 << (m - 1).bit_length())} if not big else {32, 64}
+    pow2 = max(16, 1 << (m - 1).bit_length())
+    bms = {pow2} | ({16} if 16 < m <= 32 else set()) if not big else {32, 64}
     out = []
     for bm in sorted(bms):
-        # BN=128 ran 10-40x slower than BN<=64 on an H200 in the first sweep.
-        for bn in ((16, 32, 64) if n <= 1024 and not big else (32, 64)):
-            if n % bn:
+        for bn in ((16, 32, 64, 128) if not big else (32, 64)):
+            if n % bn or (bn == 16 and n > 1024):
                 continue
             for bk in ((64, 128, 256) if not big else (128, 256)):
                 iters = k // bk
@@ -53,8 +58,11 @@ def candidates(m: int, n: int, k: int, wide: bool = False) -> list[ts.SplitKConf
                     programs = (n // bn) * sk * ((m + bm - 1) // bm)
                     if not 64 <= programs <= 1200:
                         continue
-                    for warps in ((2, 4, 8) if wide else (4,)):
+                    warps_set = (2, 4, 8) if wide else ((4, 8) if bn >= 64 else (4,))
+                    for warps in warps_set:
                         for stages in ((2, 3, 4, 5, 6) if wide else ((3, 4, 5) if not big else (3, 4))):
+                            if bm * bk * 2 * stages + bn * bk * 2 * stages > 200 * 1024:
+                                continue  # over the 227 KB of shared memory
                             out.append(ts.SplitKConfig(bm, bn, bk, sk, warps, stages))
     return out
 
@@ -129,7 +137,7 @@ def tune(ms, ns, k: int, min_gain: float, wide: bool, workers: int, log, top: in
     for n in ns:
         weights = timing.weight_sets(n, k, dev)
 
-        def time_cfg(cfg, m, x):
+        def time_cfg(cfg, m, x, replays=15):
             try:
                 ok, rel, bad = check(cfg, m, n, k)
             except Exception as e:
@@ -141,7 +149,7 @@ def tune(ms, ns, k: int, min_gain: float, wide: bool, workers: int, log, top: in
             be = ts.TritonSplitKBackend()
             stub = TunedRow(key.gfx, key.cu_num, m, n, k, False, "torch.bfloat16", "torch.float32",
                             False, False, "triton", 0, cfg.split_k, 0.0, cfg.name, 0.0, 0.0, 0.0)
-            us = timing.time_per_call_us(lambda xx, ww: be.run(xx, ww, stub), x, weights)
+            us = timing.time_per_call_us(lambda xx, ww: be.run(xx, ww, stub), x, weights, replays=replays)
             log.write(json.dumps({"m": m, "n": n, "cfg": cfg.name, "us": us, "rel": rel}) + "\n")
             return us, cfg, rel, bad
 
@@ -150,7 +158,7 @@ def tune(ms, ns, k: int, min_gain: float, wide: bool, workers: int, log, top: in
             # best few again at each M of the group, beside torch.
             rep = group[-1]
             x = torch.randn(rep, k, device=dev).bfloat16()
-            scored = [r for r in (time_cfg(c, rep, x) for c in candidates(rep, n, k, wide)) if r]
+            scored = [r for r in (time_cfg(c, rep, x, replays=7) for c in candidates(rep, n, k, wide)) if r]
             scored.sort(key=lambda r: r[0])
             finalists = [r[1] for r in scored[:top]]
             for m in group:
