@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 _NAME_RE = re.compile(
     r"^triton_splitk_fp32_bm(?P<bm>\d+)_bn(?P<bn>\d+)_bk(?P<bk>\d+)"
-    r"_sk(?P<sk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?P<t>_t)?$"
+    r"_sk(?P<sk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)$"
 )
 
 
@@ -50,7 +50,6 @@ class SplitKConfig:
     split_k: int
     num_warps: int
     num_stages: int
-    early_ticket: bool = False  # "_t": take the tile ticket before storing the partial
 
     def __post_init__(self) -> None:
         for f in ("bm", "bn", "bk"):
@@ -65,7 +64,6 @@ class SplitKConfig:
         return (
             f"triton_splitk_fp32_bm{self.bm}_bn{self.bn}_bk{self.bk}"
             f"_sk{self.split_k}_w{self.num_warps}_s{self.num_stages}"
-            + ("_t" if self.early_ticket else "")
         )
 
     @classmethod
@@ -74,10 +72,10 @@ class SplitKConfig:
         if m is None:
             raise ValueError(
                 f"kernelName {name!r} is not of the form "
-                "triton_splitk_fp32_bm<BM>_bn<BN>_bk<BK>_sk<SPLITK>_w<WARPS>_s<STAGES>[_t]"
+                "triton_splitk_fp32_bm<BM>_bn<BN>_bk<BK>_sk<SPLITK>_w<WARPS>_s<STAGES>"
             )
-        g = {k: int(v) for k, v in m.groupdict().items() if k != "t"}
-        return cls(g["bm"], g["bn"], g["bk"], g["sk"], g["w"], g["s"], m.group("t") is not None)
+        g = {k: int(v) for k, v in m.groupdict().items()}
+        return cls(g["bm"], g["bn"], g["bk"], g["sk"], g["w"], g["s"])
 
     def check_shape(self, m: int, n: int, k: int) -> Verdict:
         if n % self.bn:
@@ -94,8 +92,7 @@ class SplitKConfig:
         return 0 if self.split_k == 1 else self.split_k * tiles_m * self.bm * n
 
     def counters(self, m: int, n: int) -> int:
-        # two int32 per tile: arrivals, and (early-ticket mode) published partials
-        return 2 * (n // self.bn) * ((m + self.bm - 1) // self.bm)
+        return (n // self.bn) * ((m + self.bm - 1) // self.bm)
 
 
 _kernel = None
@@ -116,7 +113,7 @@ def _get_kernel():
         M, N, K,
         stride_xm, stride_wn, stride_om,
         BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-        SPLIT_K: tl.constexpr, K_ITERS: tl.constexpr, EARLY_TICKET: tl.constexpr,
+        SPLIT_K: tl.constexpr, K_ITERS: tl.constexpr,
         UPCAST: tl.constexpr,
     ):
         pid_n = tl.program_id(0)
@@ -161,46 +158,21 @@ def _get_kernel():
             tile_offs = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
             ws_tile = ws_ptr + tile * (BM * BN) + tile_offs
             split_stride = n_all_tiles * BM * BN
-            if EARLY_TICKET:
-                # Take the ticket first: the last program to arrive never
-                # writes its own partial and only waits for the others to
-                # publish theirs, one dependent L2 round trip fewer. The
-                # others never wait, so the wait cannot deadlock.
-                done_ptr = cnt_ptr + n_all_tiles + tile
-                ticket = tl.atomic_add(cnt_ptr + tile, 1, sem="relaxed", scope="gpu")
-                if ticket < SPLIT_K - 1:
-                    tl.store(ws_tile + pid_k * split_stride, acc)
-                    tl.debug_barrier()
-                    tl.atomic_add(done_ptr, 1, sem="release", scope="gpu")
-                else:
-                    while tl.atomic_add(done_ptr, 0, sem="acquire", scope="gpu") < SPLIT_K - 1:
-                        pass
-                    # Split order, own partial from registers: the same sum
-                    # whichever program arrived last.
-                    total = tl.zeros((BM, BN), dtype=tl.float32)
-                    for s in tl.static_range(SPLIT_K):
-                        part = tl.load(ws_tile + s * split_stride, mask=(tile_offs >= 0) & (pid_k != s),
-                                       other=0.0, cache_modifier=".cg")
-                        total += tl.where(pid_k == s, acc, part)
-                    tl.store(out_ptrs, total, mask=mask_m[:, None])
-                    tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
-                    tl.atomic_xchg(done_ptr, 0, sem="relaxed", scope="gpu")
-            else:
-                tl.store(ws_tile + pid_k * split_stride, acc)
-                # Every thread's partial is written before the ticket is taken;
-                # acq_rel publishes them to the program that draws the last one.
-                tl.debug_barrier()
-                ticket = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
-                if ticket == SPLIT_K - 1:
-                    # Unrolled, so all partial loads are in flight at once (one
-                    # L2 round trip), and summed in split order whichever
-                    # program arrived last: the result is deterministic.
-                    total = tl.zeros((BM, BN), dtype=tl.float32)
-                    for s in tl.static_range(SPLIT_K):
-                        total += tl.load(ws_tile + s * split_stride, cache_modifier=".cg")
-                    tl.store(out_ptrs, total, mask=mask_m[:, None])
-                    # Leave the counter at zero for the next call on this stream.
-                    tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
+            tl.store(ws_tile + pid_k * split_stride, acc)
+            # Every thread's partial is written before the ticket is taken;
+            # acq_rel publishes them to the program that draws the last one.
+            tl.debug_barrier()
+            ticket = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+            if ticket == SPLIT_K - 1:
+                # Unrolled, so all partial loads are in flight at once (one L2
+                # round trip), and summed in split order whichever program
+                # arrived last: the result is deterministic.
+                total = tl.zeros((BM, BN), dtype=tl.float32)
+                for s in tl.static_range(SPLIT_K):
+                    total += tl.load(ws_tile + s * split_stride, cache_modifier=".cg")
+                tl.store(out_ptrs, total, mask=mask_m[:, None])
+                # Leave the counter at zero for the next call on this stream.
+                tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
 
     _kernel = splitk_fp32_kernel
     return _kernel
@@ -230,7 +202,7 @@ def launch(
         m, n, k,
         x.stride(0), w.stride(0), out.stride(0),
         BM=cfg.bm, BN=cfg.bn, BK=cfg.bk,
-        SPLIT_K=cfg.split_k, K_ITERS=k // (cfg.bk * cfg.split_k), EARLY_TICKET=cfg.early_ticket,
+        SPLIT_K=cfg.split_k, K_ITERS=k // (cfg.bk * cfg.split_k),
         UPCAST=not x.is_cuda,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import dataclasses
 import json
 import logging
 import multiprocessing as mp
@@ -126,8 +125,6 @@ def tune(ms, ns, k: int, min_gain: float, wide: bool, workers: int, log, top: in
         for group in groups(list(ms)):
             for cfg in candidates(group[-1], n, k, wide):
                 jobs.append((cfg, group[-1], n, k))
-                if cfg.split_k > 1:
-                    jobs.append((dataclasses.replace(cfg, early_ticket=True), group[-1], n, k))
     # one compile per (config, BM bucket): M is not specialised
     seen, uniq = set(), []
     for j in jobs:
@@ -164,9 +161,6 @@ def tune(ms, ns, k: int, min_gain: float, wide: bool, workers: int, log, top: in
             scored = [r for r in (time_cfg(c, rep, x, replays=7) for c in candidates(rep, n, k, wide)) if r]
             scored.sort(key=lambda r: r[0])
             finalists = [r[1] for r in scored[:top]]
-            # The early-ticket reduction differs only in the tail: try it on
-            # the finalists rather than doubling the whole search.
-            finalists += [dataclasses.replace(c, early_ticket=True) for c in finalists if c.split_k > 1]
             for m in group:
                 x = torch.randn(m, k, device=dev).bfloat16()
                 t_torch = timing.time_per_call_us(timing.torch_mm, x, weights)
