@@ -101,6 +101,8 @@ def _parse_ids(value: str, where: str) -> frozenset[int]:
                 if v < 0:
                     raise ValueError
                 ids.add(v)
+        except ConfigError:
+            raise  # already says what is wrong (ConfigError is a ValueError)
         except ValueError:
             raise ConfigError(f"{where}: {part!r} is not a layer id or range like 3-7") from None
     if not ids:

@@ -40,9 +40,9 @@ def run_probe(backend: "Backend", row: "TunedRow", device: torch.device) -> Prob
     m, n, k = row.M, row.N, row.K
     shape = (m, n, k)
     gen = torch.Generator(device="cpu").manual_seed(time.time_ns() & 0x7FFFFFFF)
-    x = torch.randn(m, k, generator=gen).to(device=device, dtype=torch.bfloat16)
-    w = torch.randn(n, k, generator=gen).to(device=device, dtype=torch.bfloat16)
     try:
+        x = torch.randn(m, k, generator=gen).to(device=device, dtype=torch.bfloat16)
+        w = torch.randn(n, k, generator=gen).to(device=device, dtype=torch.bfloat16)
         ok, why = backend.supports(x, w, row)
         if not ok:
             return ProbeResult(False, float("nan"), shape, f"probe call rejected: {why}")
@@ -53,8 +53,10 @@ def run_probe(backend: "Backend", row: "TunedRow", device: torch.device) -> Prob
         return ProbeResult(False, float("nan"), shape, f"raised {type(e).__name__}: {e}")
     if tuple(out.shape) != (m, n) or out.dtype != torch.float32:
         return ProbeResult(False, float("nan"), shape, f"returned {tuple(out.shape)} {out.dtype}, expected ({m}, {n}) float32")
-    ref = torch_ref.mm_fp32(x, w)
-    err = torch_ref.rel_error(out, ref)
+    try:
+        err = torch_ref.rel_error(out, torch_ref.mm_fp32(x, w))
+    except Exception as e:
+        return ProbeResult(False, float("nan"), shape, f"reference failed: {type(e).__name__}: {e}")
     if not err <= REL_TOL:  # also catches nan
         return ProbeResult(False, err, shape, "above fp32 tolerance (bf16 rounding gives ~2e-3)")
     return ProbeResult(True, err, shape, "fp32-exact")

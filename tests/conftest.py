@@ -1,0 +1,138 @@
+"""Shared fixtures for the sglang-fp32gemm test suite.
+
+Every test starts and ends with a clean plugin environment: no
+``SGLANG_ENABLE_FLYDSL_FP32_GEMM`` / ``SGLANG_FLYDSL_FP32_GEMM_*`` variables,
+re-read settings and a fresh process router.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+if str(TESTS_DIR) not in sys.path:
+    sys.path.insert(0, str(TESTS_DIR))  # for ``fakes.*``
+
+from sglang_fp32gemm import routing  # noqa: E402
+from sglang_fp32gemm import settings as settings_mod  # noqa: E402
+from sglang_fp32gemm.errors import ConfigError  # noqa: E402
+
+_PLUGIN_VAR_PREFIXES = ("SGLANG_FLYDSL_FP32_GEMM_",)
+_PLUGIN_VARS = (settings_mod.ENABLE_VAR, settings_mod.SGLANG_DETERMINISTIC_VAR)
+
+
+def _is_plugin_var(name: str) -> bool:
+    return name in _PLUGIN_VARS or name.startswith(_PLUGIN_VAR_PREFIXES)
+
+
+def _reset_plugin_state() -> None:
+    try:
+        settings_mod.reload()
+    except ConfigError:
+        pass  # a test left a bad value; it is removed before the next reload
+    routing.reset_router()
+
+
+@pytest.fixture(autouse=True)
+def clean_plugin_env():
+    """Strip the plugin's variables for the test; restore the outside values after."""
+    saved = {k: v for k, v in os.environ.items() if _is_plugin_var(k)}
+    for k in saved:
+        del os.environ[k]
+    _reset_plugin_state()
+    yield
+    # Code under test (the launch-flag hook) writes os.environ directly, so
+    # monkeypatch alone would not undo it.
+    for k in [k for k in os.environ if _is_plugin_var(k)]:
+        del os.environ[k]
+    _reset_plugin_state()
+    os.environ.update(saved)
+
+
+def fresh_generator() -> torch.Generator:
+    """A CPU generator with a fresh seed each call (printed on failure via repr)."""
+    return torch.Generator().manual_seed(secrets.randbits(63))
+
+
+def rand_bf16(*shape: int, dtype: torch.dtype = torch.bfloat16, gen: torch.Generator | None = None) -> torch.Tensor:
+    """Fresh standard-normal values rounded to ``dtype`` (bf16 by default); never zeros."""
+    g = gen or fresh_generator()
+    t = torch.randn(*shape, generator=g)
+    # randn is never exactly 0 in practice; make it certain.
+    t = torch.where(t == 0, torch.full_like(t, 0.5), t)
+    return t.to(dtype)
+
+
+@pytest.fixture
+def make_bf16() -> Callable[..., torch.Tensor]:
+    return rand_bf16
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    return float((out - ref).norm() / ref.norm())
+
+
+def assert_fp32_close(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rel: float = 1e-5) -> None:
+    """``out`` is the fp32 product x @ w^T: dtype, shape, atol 1e-2/rtol 1e-4 and rel. error vs float64."""
+    ref = x.double() @ w.double().t()
+    assert out.dtype == torch.float32
+    assert tuple(out.shape) == tuple(ref.shape)
+    if ref.numel() == 0:
+        return
+    torch.testing.assert_close(out.double(), ref, atol=1e-2, rtol=1e-4)
+    if float(ref.norm()) > 0:
+        e = rel_err(out, ref)
+        assert e <= rel, f"relative error {e:.3e} > {rel:.0e}"
+
+
+def sglang_importable() -> bool:
+    try:
+        import sglang.srt.plugins  # noqa: F401
+        import sglang.srt.plugins.hook_registry  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def sglang_available() -> None:
+    """Skip only when SGLang itself cannot be imported (it is installed here and in CI)."""
+    if not sglang_importable():
+        pytest.skip("sglang is not importable")
+
+
+@pytest.fixture(scope="session")
+def sglang_plugins_loaded(sglang_available):
+    """This process, with SGLang's own load_plugins() run once (hooks applied)."""
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    from sglang_fp32gemm import plugin
+
+    assert plugin.STATE["registered"], plugin.STATE
+    return plugin
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not _is_plugin_var(k) and k != "TRITON_INTERPRET"}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS_DIR), env.get("PYTHONPATH", "")) if p)
+    env.update(extra)
+    return env
+
+
+def run_python(script: str, *args: str, timeout: float = 240, env: dict | None = None,
+               cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+    """Run ``script`` (source text) in a fresh interpreter of this venv."""
+    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
+                          timeout=timeout, env=env or subprocess_env(), cwd=cwd or str(REPO_ROOT))

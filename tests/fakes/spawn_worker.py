@@ -1,0 +1,38 @@
+"""A worker body for multiprocessing "spawn" tests: what an SGLang scheduler process does first.
+
+It must live in an importable module (spawn pickles the target by name).
+"""
+
+import os
+
+
+def main(queue) -> None:
+    try:
+        env = {k: os.environ.get(k) for k in ("SGLANG_ENABLE_FLYDSL_FP32_GEMM", "SGLANG_FLYDSL_FP32_GEMM_SOURCE",
+                                             "SGLANG_FLYDSL_FP32_GEMM_LAYERS")}
+        import sys
+
+        preloaded = "sglang_fp32gemm.plugin" in sys.modules
+        from sglang.srt.plugins import load_plugins
+
+        load_plugins()
+        import sglang.kernels.ops.gemm.bf16_fp32 as G
+        import sglang.srt.layers.attention.dsv4.compressor as C
+
+        from sglang_fp32gemm import plugin, routing, settings
+
+        r = routing.get_router()
+        queue.put({
+            "env": env,
+            "preloaded": preloaded,
+            "registered": plugin.STATE["registered"],
+            "errors": list(plugin.STATE["errors"]),
+            "enabled": r.enabled,
+            "source": settings.get().enabled_source,
+            "selection": r.selection.describe(),
+            "linear_hooked": hasattr(G.linear_bf16_fp32, "__wrapped__"),
+            "compressor_bound": C.linear_bf16_fp32 is G.linear_bf16_fp32,
+            "wkv_hooked": hasattr(C.Compressor._compute_wkv_gate, "__wrapped__"),
+        })
+    except BaseException as e:  # report instead of hanging the parent
+        queue.put({"error": f"{type(e).__name__}: {e}"})

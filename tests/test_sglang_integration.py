@@ -1,0 +1,481 @@
+"""The plugin inside the real, installed SGLang (CPU only).
+
+Start-up behaviour (entry point, hook binding, launch flags, worker
+processes) is checked in fresh interpreters, several checks per process;
+the DeepSeek-V4 Compressor hook is exercised in this process after
+SGLang's own load_plugins().
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import types
+
+import pytest
+import torch
+
+from conftest import assert_fp32_close, rand_bf16, rel_err, run_python, subprocess_env
+from fakes.fake_aiter import install_fake_aiter
+from fakes.fake_backends import ExactFake, make_router
+from sglang_fp32gemm import routing
+from sglang_fp32gemm import settings as S
+from sglang_fp32gemm.layers import LayerInfo, LayerSelection
+
+pytestmark = pytest.mark.usefixtures("sglang_available")
+
+LINEAR = "sglang.kernels.ops.gemm.bf16_fp32.linear_bf16_fp32"
+WKV = "sglang.srt.layers.attention.dsv4.compressor.Compressor._compute_wkv_gate"
+K = 7168
+
+
+def _report(proc, tag="REPORT "):
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(tag)]
+    assert proc.returncode == 0 and lines, f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return json.loads(lines[-1][len(tag):])
+
+
+# -- process 1: modules imported BEFORE load_plugins; flags; spawn worker ----------------------------
+_BEFORE = r'''
+import json, os, sys, tempfile, multiprocessing as mp
+import torch
+assert "sglang_fp32gemm.plugin" not in sys.modules
+import sglang.kernels.ops.gemm.bf16_fp32 as G
+import sglang.srt.layers.attention.dsv4.compressor as C
+import sglang.srt.layers.attention.dsv4.dsv41_sparse as D
+from sglang.srt.server_args import ServerArgs
+# In a dict: SGLang's registry rebinds every module global that holds a patched original.
+O = {"linear": G.linear_bf16_fp32, "wkv": C.Compressor._compute_wkv_gate,
+     "add": ServerArgs.add_cli_args, "from": ServerArgs.__dict__["from_cli_args"].__func__}
+from importlib.metadata import entry_points
+rep = {"eps": sorted((e.name, e.value) for e in entry_points(group="sglang.srt.plugins"))}
+from sglang.srt.plugins import load_plugins
+from sglang.srt.plugins.hook_registry import HookRegistry
+load_plugins()
+from sglang_fp32gemm import plugin, routing, settings
+rep["state"] = {k: plugin.STATE[k] for k in ("registered", "linear_target", "compressor_target", "errors")}
+rep["linear_hooked"] = G.linear_bf16_fp32 is not O["linear"] and G.linear_bf16_fp32.__wrapped__ is O["linear"]
+rep["compressor_bound"] = C.linear_bf16_fp32 is G.linear_bf16_fp32
+rep["dsv41_bound"] = D.linear_bf16_fp32 is G.linear_bf16_fp32
+rep["wkv_hooked"] = C.Compressor._compute_wkv_gate.__wrapped__ is O["wkv"]
+rep["add_cli_hooked"] = ServerArgs.add_cli_args.__wrapped__ is O["add"]
+rep["from_cli_hooked"] = ServerArgs.__dict__["from_cli_args"].__func__.__wrapped__ is O["from"]
+rep["from_cli_classmethod"] = isinstance(ServerArgs.__dict__["from_cli_args"], classmethod)
+
+# Registering twice (the entry point, SGLang's loader, install()) changes nothing.
+snap = (G.linear_bf16_fp32, C.linear_bf16_fp32, D.linear_bf16_fp32, C.Compressor._compute_wkv_gate,
+        ServerArgs.add_cli_args, ServerArgs.__dict__["from_cli_args"])
+plugin.register(); load_plugins(); plugin.install(); HookRegistry.apply_hooks()
+rep["twice_same"] = snap == (G.linear_bf16_fp32, C.linear_bf16_fp32, D.linear_bf16_fp32,
+                             C.Compressor._compute_wkv_gate, ServerArgs.add_cli_args,
+                             ServerArgs.__dict__["from_cli_args"])
+rep["hook_counts"] = {t: len(HookRegistry._hooks[t]) for t in (
+    plugin.STATE["linear_target"], plugin.STATE["compressor_target"],
+    "sglang.srt.server_args.ServerArgs.add_cli_args", "sglang.srt.server_args.ServerArgs.from_cli_args")}
+rep["single_wrapper"] = not hasattr(G.linear_bf16_fp32.__wrapped__, "__wrapped__")
+
+g = torch.Generator().manual_seed(int.from_bytes(os.urandom(7), "little"))
+x = torch.randn(4, 256, generator=g).bfloat16(); w = torch.randn(64, 256, generator=g).bfloat16()
+rep["disabled_exact"] = torch.equal(G.linear_bf16_fp32(x, w), O["linear"](x, w))
+rep["env_before"] = os.environ.get(settings.ENABLE_VAR)
+
+# The launch flags, through SGLang's own argument preparation.
+from sglang.srt.server_args import prepare_server_args
+d = tempfile.mkdtemp()
+layers = os.path.join(d, "sel.txt")
+open(layers, "w").write("layers = 0-30\nkinds = hca, csa\n")
+os.chdir(d)
+sa = prepare_server_args(["--model-path", "dummy", "--enable-flydsl-fp32-gemm",
+                          "--flydsl-fp32-gemm-layers", "sel.txt"])
+rep["model_path"] = sa.model_path
+rep["env"] = {k: os.environ.get(k) for k in (settings.ENABLE_VAR, settings.SOURCE_VAR, settings.LAYERS_VAR)}
+rep["layers_abs"] = layers
+r = routing.get_router()
+rep["router_enabled"] = r.enabled
+rep["enabled_exact"] = torch.equal(G.linear_bf16_fp32(x, w), O["linear"](x, w))
+rep["counters"] = {f"{a}|{b}": v for (a, b), v in r.counters().items()}
+
+# A worker started with spawn inherits the exported environment and loads the plugin itself.
+sys.path.insert(0, os.environ["TESTS_DIR"])
+from fakes import spawn_worker
+ctx = mp.get_context("spawn")
+q = ctx.Queue()
+p = ctx.Process(target=spawn_worker.main, args=(q,))
+p.start()
+rep["worker"] = q.get(timeout=400)
+p.join(60)
+rep["worker_exit"] = p.exitcode
+print("REPORT " + json.dumps(rep))
+'''
+
+
+@pytest.fixture(scope="module")
+def before():
+    from conftest import TESTS_DIR
+
+    return _report(run_python(_BEFORE, env=subprocess_env(TESTS_DIR=str(TESTS_DIR)), timeout=500))
+
+
+def test_entry_point_is_registered_in_sglangs_group(before):
+    assert ["fp32gemm", "sglang_fp32gemm.plugin:register"] in before["eps"]
+
+
+def test_sglang_load_plugins_registers_the_plugin(before):
+    st = before["state"]
+    assert st["registered"] is True and st["errors"] == []
+    assert st["linear_target"] == LINEAR and st["compressor_target"] == WKV
+
+
+def test_bindings_imported_before_load_plugins_are_rebound(before):
+    assert before["linear_hooked"] and before["wkv_hooked"]
+    assert before["compressor_bound"] and before["dsv41_bound"]
+    assert before["add_cli_hooked"] and before["from_cli_hooked"] and before["from_cli_classmethod"]
+
+
+def test_registering_twice_applies_each_hook_once(before):
+    assert before["twice_same"]
+    assert set(before["hook_counts"].values()) == {1}, before["hook_counts"]
+    assert before["single_wrapper"]
+
+
+def test_hooked_linear_returns_the_original_result_when_disabled_and_on_cpu(before):
+    assert before["env_before"] is None and before["disabled_exact"]
+    assert before["enabled_exact"]
+    assert before["counters"] == {"torch|cpu tensors": 1}
+
+
+def test_launch_flag_exports_the_environment(before):
+    assert before["model_path"] == "dummy"
+    assert before["env"] == {"SGLANG_ENABLE_FLYDSL_FP32_GEMM": "1", "SGLANG_FLYDSL_FP32_GEMM_SOURCE": "flag",
+                             "SGLANG_FLYDSL_FP32_GEMM_LAYERS": before["layers_abs"]}
+    assert before["router_enabled"]
+
+
+def test_spawned_worker_inherits_the_flag_and_loads_the_plugin(before):
+    wk = before["worker"]
+    assert "error" not in wk, wk
+    assert before["worker_exit"] == 0
+    assert wk["env"] == before["env"]
+    assert not wk["preloaded"]  # it came in through SGLang's loader, not the parent's memory
+    assert wk["registered"] and wk["errors"] == []
+    assert wk["enabled"] and wk["source"] == "flag"
+    assert wk["selection"] == f"{before['layers_abs']}: layers=0-30 kinds=hca,csa"
+    assert wk["linear_hooked"] and wk["compressor_bound"] and wk["wkv_hooked"]
+
+
+# -- process 2: modules imported AFTER load_plugins; a bad layer file -----------------------------------
+_AFTER = r'''
+import json, os, sys, tempfile
+from sglang.srt.plugins import load_plugins
+load_plugins()
+rep = {"dsv41_preloaded": "sglang.srt.layers.attention.dsv4.dsv41_sparse" in sys.modules}
+import sglang.kernels.ops.gemm.bf16_fp32 as G
+import sglang.srt.layers.attention.dsv4.dsv41_sparse as D
+import sglang.srt.layers.attention.dsv4.compressor as C
+rep["linear_hooked"] = hasattr(G.linear_bf16_fp32, "__wrapped__")
+rep["dsv41_bound"] = D.linear_bf16_fp32 is G.linear_bf16_fp32
+rep["compressor_bound"] = C.linear_bf16_fp32 is G.linear_bf16_fp32
+rep["wkv_hooked"] = hasattr(C.Compressor._compute_wkv_gate, "__wrapped__")
+from sglang.srt.server_args import prepare_server_args
+bad = os.path.join(tempfile.mkdtemp(), "bad.txt")
+open(bad, "w").write("layers = 1\nkinds = hca, mla\n")
+try:
+    prepare_server_args(["--model-path", "dummy", "--enable-flydsl-fp32-gemm", "--flydsl-fp32-gemm-layers", bad])
+    rep["raised"] = None
+except Exception as e:
+    rep["raised"] = [type(e).__name__, str(e)]
+rep["bad"] = bad
+# Without the flag the plugin stays off and a bad file is not read.
+os.environ.pop("SGLANG_ENABLE_FLYDSL_FP32_GEMM", None)
+prepare_server_args(["--model-path", "dummy"])
+from sglang_fp32gemm import routing
+rep["off_without_flag"] = not routing.get_router().enabled
+print("REPORT " + json.dumps(rep))
+'''
+
+
+@pytest.fixture(scope="module")
+def after():
+    return _report(run_python(_AFTER, timeout=300))
+
+
+def test_bindings_imported_after_load_plugins_are_the_hooked_ones(after):
+    assert not after["dsv41_preloaded"]  # really imported afterwards
+    assert after["linear_hooked"] and after["dsv41_bound"] and after["compressor_bound"] and after["wkv_hooked"]
+
+
+def test_bad_layer_file_stops_argument_preparation_with_file_and_line(after):
+    name, msg = after["raised"]
+    assert name == "ConfigError"
+    assert msg.startswith(f"{after['bad']}:2: ") and "unknown kind(s) mla" in msg
+    assert after["off_without_flag"]
+
+
+# -- the real launcher -----------------------------------------------------------------------------------
+def test_launch_server_help_lists_the_plugin_flags():
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--help"], capture_output=True,
+                          text=True, timeout=300, env=subprocess_env())
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "--enable-flydsl-fp32-gemm" in proc.stdout
+    assert "--flydsl-fp32-gemm-layers" in proc.stdout
+    assert "sglang-fp32gemm plugin" in proc.stdout
+
+
+def test_launch_server_with_a_bad_layer_file_fails_with_file_and_line(tmp_path):
+    import subprocess
+
+    bad = tmp_path / "layers.txt"
+    bad.write_text("# ok\nlayers = 9-3\n")
+    proc = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--model-path", "dummy",
+                           "--enable-flydsl-fp32-gemm", "--flydsl-fp32-gemm-layers", str(bad)],
+                          capture_output=True, text=True, timeout=300, env=subprocess_env())
+    assert proc.returncode != 0
+    assert f"{bad}:2: bad range '9-3'" in proc.stderr, proc.stderr[-4000:]
+    assert "ConfigError" in proc.stderr
+
+
+# -- process 3: SGLang's layout not found ------------------------------------------------------------------
+_NOT_FOUND = r'''
+import json, logging
+records = []
+class H(logging.Handler):
+    def emit(self, rec):
+        records.append([rec.levelname, rec.getMessage()])
+logging.getLogger("sglang_fp32gemm").addHandler(H(level=logging.ERROR))
+import sglang_fp32gemm.plugin as plugin
+plugin.LINEAR_MODULES = ("nowhere.gemm", "sglang.not_a_module.gemm", "sglang.kernels.ops.gemm.bf16_fp32_gone")
+from sglang.srt.plugins import load_plugins
+load_plugins()   # raising here would also be only logged by SGLang: check STATE too
+rep = {"records": records, "state": {k: plugin.STATE[k] for k in ("registered", "linear_target",
+                                                                  "compressor_target", "errors")},
+       "paths": [m + ".linear_bf16_fp32" for m in plugin.LINEAR_MODULES]}
+import sglang.kernels.ops.gemm.bf16_fp32 as G
+rep["linear_untouched"] = not hasattr(G.linear_bf16_fp32, "__wrapped__")
+print("REPORT " + json.dumps(rep))
+'''
+
+
+def test_missing_sglang_layout_is_one_error_line_naming_every_path():
+    rep = _report(run_python(_NOT_FOUND, timeout=300))
+    errs = [m for lvl, m in rep["records"] if lvl == "ERROR"]
+    assert len(errs) == 1, errs
+    for p in rep["paths"]:
+        assert p in errs[0], (p, errs[0])
+    st = rep["state"]
+    assert st["registered"] and st["linear_target"] is None and st["compressor_target"] == WKV
+    assert len(st["errors"]) == 1 and rep["linear_untouched"]
+
+
+# -- in this process: the DeepSeek-V4 Compressor hook ------------------------------------------------------
+CFG = types.SimpleNamespace(hidden_size=K, rms_norm_eps=1e-6, qk_rope_head_dim=64)
+# DeepSeek-V4-Pro: (layer_id, is_in_indexer, ratio, head_dim) -> wkv_gate N
+KINDS = {"hca": (2, False, 128, 512, 1024), "csa": (3, False, 4, 512, 2048), "indexer": (3, True, 4, 128, 512)}
+
+
+@pytest.fixture(scope="module")
+def compressors(sglang_plugins_loaded):
+    from sglang.srt.layers.attention.dsv4.compressor import Compressor
+
+    out = {}
+    for kind, (lid, indexer, ratio, hd, n) in KINDS.items():
+        c = Compressor(CFG, layer_id=lid, is_in_indexer=indexer, freqs_cis=None, compress_ratio=ratio, head_dim=hd)
+        assert tuple(c.wkv_gate.weight.shape) == (n, K)
+        with torch.no_grad():
+            c.wkv_gate.weight.copy_(rand_bf16(n, K) * 0.02)
+        out[kind] = c
+    return out
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    seen = []
+    orig = routing.Router.call
+
+    def call(self, x, w, layer=None, fallback=None):
+        seen.append((layer, tuple(x.shape), tuple(w.shape)))
+        return orig(self, x, w, layer, fallback)
+
+    monkeypatch.setattr(routing.Router, "call", call)
+    return seen
+
+
+def _enable(monkeypatch, router=None):
+    monkeypatch.setenv(S.ENABLE_VAR, "1")
+    S.reload()
+    return routing.reset_router(router)
+
+
+def _original(comp, x, **kw):
+    from sglang.srt.layers.attention.dsv4.compressor import Compressor
+
+    return Compressor._compute_wkv_gate.__wrapped__(comp, x, **kw)
+
+
+def _fused_weight(compressors):
+    return torch.cat([compressors["csa"].wkv_gate.weight, compressors["indexer"].wkv_gate.weight]).contiguous()
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_compressor_calls_route_through_the_hook_with_their_layer(compressors, spy, monkeypatch, kind):
+    lid, _, _, _, n = KINDS[kind]
+    fake = ExactFake()
+    _enable(monkeypatch, make_router([fake], shapes=[(4, n, K)]))
+    c = compressors[kind]
+    x = rand_bf16(4, K)
+    out = c._compute_wkv_gate(x)
+    assert_fp32_close(out, x, c.wkv_gate.weight)
+    assert spy == [(LayerInfo(lid, kind), (4, K), (n, K))]
+    assert fake.shapes[-1] == (4, n, K)
+    assert routing.get_router().counters() == {("fake", "ok"): 1}
+
+
+def test_fused_weight_routes_as_the_fused_kind(compressors, spy, monkeypatch):
+    fused = _fused_weight(compressors)
+    assert tuple(fused.shape) == (2560, K)
+    fake = ExactFake()
+    _enable(monkeypatch, make_router([fake], shapes=[(8, 2560, K)]))
+    x = rand_bf16(8, K)
+    out = compressors["csa"]._compute_wkv_gate(x, weight=fused)
+    assert_fp32_close(out, x, fused)
+    assert spy == [(LayerInfo(3, "fused"), (8, K), (2560, K))]
+    assert routing.get_router().counters() == {("fake", "ok"): 1}
+
+
+def test_fused_weight_without_fast_backend_gives_the_fp32_product(compressors, monkeypatch):
+    import inspect
+
+    fused = _fused_weight(compressors)
+    _enable(monkeypatch)
+    x = rand_bf16(8, K)
+    out = compressors["csa"]._compute_wkv_gate(x, weight=fused)
+    assert torch.equal(out, torch.mm(x.float(), fused.float().t()))
+    assert_fp32_close(out, x, fused)
+    from sglang.srt.layers.attention.dsv4.compressor import Compressor
+
+    if "weight" not in inspect.signature(Compressor._compute_wkv_gate.__wrapped__).parameters:
+        # 0.5.23 has no weight=: disabled, SGLang's own method rejects it, untouched by the plugin.
+        monkeypatch.delenv(S.ENABLE_VAR)
+        S.reload()
+        routing.reset_router()
+        with pytest.raises(TypeError):
+            compressors["csa"]._compute_wkv_gate(x, weight=fused)
+
+
+def test_per_layer_selection_excludes_compressor_layers(compressors, spy, monkeypatch):
+    fake = ExactFake()
+    sel = LayerSelection(kinds=frozenset({"hca", "indexer"}), exclude=frozenset({2}))
+    _enable(monkeypatch, make_router([fake], shapes=[(4, n, K) for *_, n in KINDS.values()], selection=sel))
+    x = rand_bf16(4, K)
+    outs = {k: compressors[k]._compute_wkv_gate(x) for k in ("hca", "csa", "indexer")}
+    for k, out in outs.items():
+        w = compressors[k].wkv_gate.weight
+        assert_fp32_close(out, x, w)
+    # hca is layer 2 (excluded), csa is not a selected kind: both take SGLang's exact path.
+    assert torch.equal(outs["hca"], torch.mm(x.float(), compressors["hca"].wkv_gate.weight.float().t()))
+    assert torch.equal(outs["csa"], torch.mm(x.float(), compressors["csa"].wkv_gate.weight.float().t()))
+    assert fake.shapes == [(4, 512, K), (4, 512, K)]  # probe + the indexer call
+    assert routing.get_router().counters() == {("torch", "layer not selected"): 2, ("fake", "ok"): 1}
+
+
+@pytest.mark.parametrize("m", [1, 8, 40])
+def test_enabled_fallback_equals_sglangs_cpu_path_exactly(compressors, monkeypatch, m):
+    r = _enable(monkeypatch)
+    x = rand_bf16(m, K)
+    outs = {k: c._compute_wkv_gate(x) for k, c in compressors.items()}
+    # One count per call: SGLang's inner linear_bf16_fp32 is not routed a second time.
+    assert r.counters() == {("torch", "cpu tensors"): 3}
+    for k, c in compressors.items():
+        w = c.wkv_gate.weight
+        assert torch.equal(outs[k], torch.mm(x.float(), w.float().t()))
+        assert torch.equal(outs[k], _original(c, x))
+        assert_fp32_close(outs[k], x, w)
+
+
+def test_disabled_compressor_equals_the_original_exactly(compressors, spy):
+    assert not routing.get_router().enabled
+    x = rand_bf16(16, K)
+    for c in compressors.values():
+        out = c._compute_wkv_gate(x)
+        assert torch.equal(out, _original(c, x))
+        assert torch.equal(out, torch.mm(x.float(), c.wkv_gate.weight.float().t()))
+    assert spy == [] and routing.get_router().counters() == {}
+
+
+def test_non_bf16_weight_takes_sglangs_own_path(compressors, spy, monkeypatch):
+    _enable(monkeypatch, make_router([ExactFake()], shapes=[(4, 1024, K)]))
+    c = compressors["hca"]
+    bf16_weight = c.wkv_gate.weight
+    w32 = bf16_weight.float()
+    x = rand_bf16(4, K)
+    # Not monkeypatch: its undo deletes a module parameter instead of restoring it.
+    c.wkv_gate.weight = torch.nn.Parameter(w32, requires_grad=False)
+    try:
+        out = c._compute_wkv_gate(x)
+    finally:
+        c.wkv_gate.weight = bf16_weight
+    assert torch.equal(out, torch.mm(x.float(), w32.t()))
+    assert all(layer is None for layer, *_ in spy)  # only the plain linear hook saw it
+
+
+def test_plain_linear_callers_route_without_layer_and_keep_their_kwargs(sglang_plugins_loaded, spy, monkeypatch):
+    import sglang.kernels.ops.gemm.bf16_fp32 as G
+
+    fake = ExactFake()
+    _enable(monkeypatch, make_router([fake], shapes=[(4, 512, K)]))
+    x, w = rand_bf16(4, K), rand_bf16(512, K)
+    out = G.linear_bf16_fp32(x, w)
+    assert_fp32_close(out, x, w)
+    assert spy == [(None, (4, K), (512, K))] and fake.runs == 2
+    x2 = rand_bf16(5, K)
+    out2 = G.linear_bf16_fp32(x2, w, hpc_kernel_min_m=8)  # no row for M=5: SGLang's own call
+    assert torch.equal(out2, G.linear_bf16_fp32.__wrapped__(x2, w, hpc_kernel_min_m=8))
+
+
+@pytest.fixture
+def aiter_branch(compressors, tmp_path, monkeypatch):
+    import sglang.srt.layers.attention.dsv4.compressor as C
+
+    install_fake_aiter(tmp_path, monkeypatch, mode="bf16", rocm=False)
+    from aiter.tuned_gemm import tgemm
+
+    monkeypatch.setattr(C, "_use_aiter", True)
+    monkeypatch.setattr(C, "tgemm", tgemm, raising=False)
+    return tgemm
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_rocm_aiter_branch_gives_fp32_when_enabled(compressors, aiter_branch, monkeypatch, kind):
+    c = compressors[kind]
+    w = c.wkv_gate.weight
+    x = rand_bf16(8, K)
+    ref = x.double() @ w.double().t()
+    rounded = aiter_branch.mm(x, w, otype=torch.bfloat16).float()
+    assert rel_err(rounded, ref) > 1e-4  # the stand-in really rounds
+
+    disabled = c._compute_wkv_gate(x)
+    assert torch.equal(disabled, rounded)  # SGLang's own (bf16-rounded) result, untouched
+
+    _enable(monkeypatch)
+    enabled = c._compute_wkv_gate(x)
+    assert enabled.dtype == torch.float32
+    assert rel_err(enabled, ref) < 1e-6
+    assert_fp32_close(enabled, x, w)
+
+
+def test_rocm_aiter_branch_fused_weight_gives_fp32_when_enabled(compressors, aiter_branch, monkeypatch):
+    fused = _fused_weight(compressors)
+    _enable(monkeypatch)
+    x = rand_bf16(4, K)
+    out = compressors["csa"]._compute_wkv_gate(x, weight=fused)
+    assert rel_err(out, x.double() @ fused.double().t()) < 1e-6
+
+
+def test_hook_logs_nothing_on_the_normal_path(compressors, monkeypatch, caplog):
+    _enable(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="sglang_fp32gemm"):
+        for _ in range(3):
+            compressors["hca"]._compute_wkv_gate(rand_bf16(2, K))
+    assert [r for r in caplog.records if r.name.startswith("sglang_fp32gemm")] == []
