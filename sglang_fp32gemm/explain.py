@@ -53,19 +53,11 @@ def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple
     code = 0
     try:
         s = settings_mod.reload()
-    except ConfigError as e:
-        p(f"error: {e}")
-        return 2, buf.getvalue()
-    p(f"enabled: {s.enabled} (source: {s.enabled_source}; flag --enable-flydsl-fp32-gemm or "
-      f"{settings_mod.ENABLE_VAR})")
-    p(f"deterministic: {s.deterministic} (source: {s.deterministic_source})")
-    try:
+        p(f"enabled: {s.enabled} (source: {s.enabled_source}; flag --enable-flydsl-fp32-gemm or "
+          f"{settings_mod.ENABLE_VAR})")
+        p(f"deterministic: {s.deterministic} (source: {s.deterministic_source})")
         table = TunedTable.load(s.config_paths)
         p(f"tables: {', '.join(table.files)} ({len(table)} rows)")
-    except ConfigError as e:
-        p(f"error: {e}")
-        return 2, buf.getvalue()
-    try:
         sel = layers_mod.load(s.layers_path)
         p(f"layers: {sel.describe()}")
     except ConfigError as e:

@@ -21,7 +21,7 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
-from sglang_fp32gemm.errors import ConfigError
+from sglang_fp32gemm.errors import ConfigError, read_config_text
 
 KINDS = ("hca", "csa", "indexer", "fused")
 KEYS = ("layers", "kinds", "exclude_layers")
@@ -144,11 +144,4 @@ def parse(text: str, name: str) -> LayerSelection:
 def load(path: Optional[str]) -> LayerSelection:
     if not path:
         return LayerSelection()
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: layer file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{p}: layer file unreadable ({e})") from None
-    return parse(text, str(p))
+    return parse(read_config_text(path, "layer file"), str(Path(path)))

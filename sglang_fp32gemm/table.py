@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterable, Optional
 
-from sglang_fp32gemm.errors import ConfigError
+from sglang_fp32gemm.errors import ConfigError, read_config_text
 
 logger = logging.getLogger(__name__)
 
@@ -167,14 +167,7 @@ def parse_csv(text: str, name: str) -> list[TunedRow]:
 
 
 def read_csv_file(path: str | os.PathLike) -> list[TunedRow]:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: tuned table not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{p}: tuned table unreadable ({e})") from None
-    return parse_csv(text, str(p))
+    return parse_csv(read_config_text(path, "tuned table"), str(Path(path)))
 
 
 def packaged_tables() -> list[tuple[str, str]]:
