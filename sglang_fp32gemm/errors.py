@@ -1,5 +1,7 @@
 """Errors that stop start-up with a message naming the file, line or variable."""
 
+from pathlib import Path
+
 
 class ConfigError(ValueError):
     """A setting, tuned table or layer file is wrong; the message says where."""
@@ -7,8 +9,6 @@ class ConfigError(ValueError):
 
 def read_config_text(path, what: str) -> str:
     """A configuration file's text, or a ConfigError naming the file."""
-    from pathlib import Path
-
     p = Path(path)
     try:
         return p.read_text()

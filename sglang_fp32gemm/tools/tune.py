@@ -43,8 +43,10 @@ def candidates(m: int, n: int, k: int, wide: bool = False) -> list[ts.SplitKConf
     M up to 32 (the second read of W then hits the L2).
     """
     big = m > 32
-    pow2 = max(16, 1 << (m - 1).bit_length())
-    bms = {pow2} | ({16} if 16 < m <= 32 else set()) if not big else {32, 64}
+    if big:
+        bms = {32, 64}
+    else:
+        bms = {max(16, 1 << (m - 1).bit_length()), 16}
     out = []
     for bm in sorted(bms):
         for bn in ((16, 32, 64, 128) if not big else (32, 64)):
