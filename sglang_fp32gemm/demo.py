@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         for m in args.m:
             x = torch.randn(m, 7168, device=dev).to(torch.bfloat16)
             info = routing.LayerInfo.of_compressor(comp.layer_id, comp.ratio, comp.is_in_indexer, w is not None)
-            d = router.decide(x, weight, info)
+            route, why = router.describe_call(x, weight, info)
             kw = {"weight": w} if w is not None else {}
             try:
                 out = comp._compute_wkv_gate(x, **kw)
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                 us = "      -"
             err = torch_ref.rel_error(out, torch_ref.reference_fp64(x, weight))
             worst = max(worst, err)
-            print(f"{name:8s} {m:4d} {weight.shape[0]:5d}  {d.route:7s} {err:9.2e} {us:>9s}  {d.reason}")
+            print(f"{name:8s} {m:4d} {weight.shape[0]:5d}  {route:7s} {err:9.2e} {us:>9s}  {why}")
     print(f"worst relative error vs float64: {worst:.2e} ({'fp32-level' if worst < 1e-5 else 'NOT fp32-level'})")
     if dev.type == "cpu":
         print("(no GPU here: every call runs torch; `python -m sglang_fp32gemm explain --device-key sm90:132` "

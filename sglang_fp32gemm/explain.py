@@ -3,35 +3,32 @@
 from __future__ import annotations
 
 import io
+import os
 from typing import Optional
 
 import torch
 
-from sglang_fp32gemm import layers as layers_mod
 from sglang_fp32gemm import routing
 from sglang_fp32gemm import settings as settings_mod
 from sglang_fp32gemm.errors import ConfigError
-from sglang_fp32gemm.table import DeviceKey, TunedTable, device_key
+from sglang_fp32gemm.table import DeviceKey, device_key
 
-K_DSV4 = 7168
+# V4-Pro (hidden 7168) and V4-Flash (hidden 4096).
+K_DSV4 = (7168, 4096)
 N_DSV4 = {512: "indexer kv_score", 1024: "HCA wkv_gate", 2048: "CSA wkv_gate", 2560: "fused CSA+indexer"}
 
 
 def _shape_route(router: routing.Router, dev: Optional[DeviceKey], device: Optional[torch.device],
                  m: int, n: int, k: int) -> str:
-    if not router.enabled:
-        return "torch (plugin disabled)"
     if device is not None:
-        # A real call on this device: the routing decision itself.
-        x = torch.randn(m, k, device=device).bfloat16()
-        w = torch.randn(n, k, device=device).bfloat16()
-        d = router.decide(x, w)
-        return f"{d.route} ({d.reason})"
-    row = router.table.lookup(dev, m, n, k) if (router.table is not None and dev is not None) else None
-    if row is None:
-        return "torch (no tuned row)"
-    names = [b.name for b in router.backends.get(row.libtype, [])]
-    return f"row {row.source} -> libtype {row.libtype} ({', '.join(names) or 'torch'}); {row.kernelName}"
+        # This device: the route itself, resolved as a call would resolve it
+        # (bind and probe included).
+        e = router.resolve(device, m, n, k)
+        return f"{e.route} {e.bound.kernel_name} ({e.reason})" if e.run is not None else f"torch ({e.reason})"
+    p = router.plan(dev, m, n, k, check_available=False)
+    if p.backend is None:
+        return f"torch ({p.reason})"
+    return f"{p.backend.name} {p.backend.kernel_name(p.cfg)} ({p.reason})"
 
 
 def _compress(items: list[tuple[int, str]]) -> list[str]:
@@ -48,26 +45,38 @@ def _compress(items: list[tuple[int, str]]) -> list[str]:
 
 def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple[int, str]:
     """(exit code, report). Non-zero when a setting is bad."""
+    from sglang_fp32gemm import config as config_mod
+    from sglang_fp32gemm.backends import default_backends, parsers
+
     buf = io.StringIO()
     p = lambda *a: print(*a, file=buf)  # noqa: E731
-    code = 0
+    backends = default_backends()
     try:
         s = settings_mod.reload()
         p(f"enabled: {s.enabled} (source: {s.enabled_source}; flag --enable-flydsl-fp32-gemm or "
           f"{settings_mod.ENABLE_VAR})")
         p(f"deterministic: {s.deterministic} (source: {s.deterministic_source})")
-        table = TunedTable.load(s.config_paths)
-        p(f"tables: {', '.join(table.files)} ({len(table)} rows)")
-        sel = layers_mod.load(s.layers_path)
-        p(f"layers: {sel.describe()}")
+        # Load as if enabled, so a user sees what enabling would do.
+        env = dict(os.environ, **{settings_mod.ENABLE_VAR: "1"})
+        cfg = config_mod.load(env, parsers=parsers(backends))
+        p(f"tables: {', '.join(cfg.table.files + cfg.det_table.files)} "
+          f"({len(cfg.table)} rows, {len(cfg.det_table)} deterministic)")
+        p(f"layers: {cfg.selection.describe()}")
+        dev_override = DeviceKey.parse(device_key_override) if device_key_override else None
     except ConfigError as e:
         p(f"error: {e}")
         return 2, buf.getvalue()
+    try:
+        from sglang_fp32gemm import plugin
+
+        for line in plugin.describe():
+            p(line)
+    except Exception as e:  # explain must say what it can
+        p(f"hooks: unknown ({type(e).__name__}: {e})")
 
     device = None
-    if device_key_override:
-        gfx, _, cu = device_key_override.partition(":")
-        dev = DeviceKey(gfx, int(cu or 0))
+    if dev_override is not None:
+        dev = dev_override
         p(f"device key: {dev} (given on the command line; no call is made)")
     elif torch.cuda.is_available():
         device = torch.device("cuda", torch.cuda.current_device())
@@ -75,45 +84,36 @@ def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple
         p(f"device: {torch.cuda.get_device_name(device)}; key {dev}")
     else:
         dev = None
-        p("device: no GPU (CPU only): every call runs torch")
+        p("device: no GPU (CPU only): every call runs torch; --device-key sm90:132 shows an H200's routes")
 
-    from sglang_fp32gemm.backends import default_backends
-
-    backends = default_backends()
-    p("backends:")
-    for libtype, bs in backends.items():
-        for b in bs:
-            ok, why = b.available()
-            p(f"  {b.name:7s} (libtype {libtype}): {'available' if ok else 'unavailable'} - {why}")
     router = routing.get_router()
-    router.ensure_ready()
+    p("backends:")
+    for name, (ok, why) in router.available().items():
+        p(f"  {name:11s} {'available' if ok else 'unavailable'} - {why}")
+    code = 0
     if router.error:
         p(f"error: {router.error}")
         code = 2
-    probes = router.probes()
-    if probes:
-        p("probes:")
-        for (name, d), r in probes.items():
-            p(f"  {name} on {d}: {'passed' if r.ok else 'FAILED'} - {r.describe()}")
-    for (name, d), why in router.broken().items():
-        p(f"  {name} on {d}: disabled after a run-time error: {why}")
-    # Show the table's decision even when disabled, so a user can see what
-    # enabling would do.
-    shown = router if router.enabled else routing.Router(
-        settings_mod.Settings(True, "explain", s.config_paths, s.layers_path, s.deterministic, s.deterministic_source),
-        table, backends, sel)
-    if not router.enabled:
-        p("routes if enabled:")
-    else:
-        p("routes:")
+    # The process router when enabled, else one built from the same tables
+    # with enablement forced on: the routes are computed by the same code.
+    shown = router if router.enabled else routing.Router(cfg, backends)
+    p("routes:" if router.enabled else "routes if enabled:")
     for n, what in N_DSV4.items():
-        p(f"  N={n} K={K_DSV4} ({what}):")
-        items = [(m, _shape_route(shown, dev, device, m, n, K_DSV4)) for m in range(1, max_m + 1)]
-        for line in _compress(items):
-            p(line)
+        for k in K_DSV4:
+            p(f"  N={n} K={k} ({what}):")
+            items = [(m, _shape_route(shown, dev, device, m, n, k)) for m in range(1, max_m + 1)]
+            for line in _compress(items):
+                p(line)
+    kernels = shown.bound_kernels()
+    if kernels:
+        p("kernels bound on this device:")
+        for b in kernels:
+            state = "ok" if b.fn is not None else f"DISABLED: {b.error}"
+            probe = b.probe.describe() if b.probe is not None else "no probe"
+            p(f"  {b.backend} {b.kernel_name}: {state}; {probe}")
     counters = router.counters()
     if counters:
-        p("calls in this process (backend, reason: count):")
+        p("calls in this process (route, kernel or reason: count):")
         for (route, reason), c in sorted(counters.items(), key=lambda kv: -kv[1]):
             p(f"  {route}, {reason}: {c}")
     return code, buf.getvalue()

@@ -1,285 +1,420 @@
-"""The routing decision and the routed call.
+"""Routes: resolved once per (device, N, K, M), then one lookup per call.
 
-For each call: is the plugin enabled; does the calling layer opt in; does
-the tuned table have a row for (device, M, N, K, dtypes); is a backend for
-the row's libtype available, willing, probed and healthy. If all hold, the
-backend runs; otherwise the caller's fallback (SGLang's original function,
-or ``torch.mm(out_dtype=fp32)``) gives the exact fp32 result. Decisions are
-cached per call signature, so the hot path is a dictionary lookup; each
-rejection reason is logged once, and every outcome is counted.
+The configuration (settings, tuned tables, layer selection) is loaded and
+validated once per process (``config.load``). A call's route is resolved the
+first time its (device, N, K, M) is seen, outside graph capture: table row
+(aiter's M bucketing) -> the first backend of the row's libtype that parses
+the kernelName, is available, takes the shape, allows the mode
+(deterministic) and whose bound kernel passed its precision probe -> an
+``Entry`` holding the bound kernel, or the fallback and the reason. Every
+later call does one dict lookup, one list index and the launch.
+
+Each reason a call is not routed is logged once (INFO; errors at ERROR);
+every entry counts its calls, so ``counters()`` says how many calls went to
+which kernel and why the rest did not.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
+import itertools
 import logging
 import threading
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
-from sglang_fp32gemm import layers as layers_mod
-from sglang_fp32gemm import settings as settings_mod
+from sglang_fp32gemm import config as config_mod
 from sglang_fp32gemm.backends import probe as probe_mod
 from sglang_fp32gemm.backends import torch_ref
-from sglang_fp32gemm.backends.base import Backend
+from sglang_fp32gemm.backends.base import MAX_M, Backend, KernelFn
 from sglang_fp32gemm.errors import ConfigError
 from sglang_fp32gemm.layers import LayerInfo
-from sglang_fp32gemm.table import DeviceKey, TunedRow, TunedTable, device_key
+from sglang_fp32gemm.table import DeviceKey, TunedRow, device_key
 
 logger = logging.getLogger(__name__)
 
-MAX_M = 256  # beyond the tables' reach: never worth a lookup
-_DTYPE_NAMES = {torch.bfloat16: "torch.bfloat16", torch.float16: "torch.float16", torch.float32: "torch.float32"}
+_BF16 = torch.bfloat16
+_CAPTURE_REASON = "not resolved before graph capture"
 
 
-@dataclasses.dataclass(frozen=True)
-class Decision:
-    backend: Optional[Backend]
-    row: Optional[TunedRow]
-    reason: str
+def _count_of(c: "itertools.count") -> int:
+    # itertools.count: next() is atomic under the GIL and cheap; its repr
+    # is the only portable way to read it back.
+    return int(repr(c)[6:-1])
+
+
+class Bound:
+    """One kernel bound to (device, N, K), probed; ``fn`` is None when it failed."""
+
+    __slots__ = ("backend", "kernel_name", "deterministic", "fn", "error", "probe")
+
+    def __init__(self, backend: str, kernel_name: str, deterministic: bool):
+        self.backend = backend
+        self.kernel_name = kernel_name
+        self.deterministic = deterministic
+        self.fn: Optional[KernelFn] = None
+        self.error: Optional[str] = None
+        self.probe: Optional[probe_mod.ProbeResult] = None
+
+
+class Entry:
+    """What calls of one (device, N, K, M) get: a kernel, or the fallback and why."""
+
+    __slots__ = ("run", "bound", "reason", "calls", "row")
+
+    def __init__(self, run: Optional[Callable], bound: Optional[Bound], reason: str,
+                 row: Optional[TunedRow] = None):
+        #: fn(x, w) -> out, or None (the caller's fallback). Returns None
+        #: itself when the kernel raised (then it is disabled).
+        self.run = run
+        self.bound = bound
+        self.reason = reason
+        self.row = row
+        self.calls = itertools.count()
 
     @property
     def route(self) -> str:
-        return self.backend.name if self.backend is not None else "torch"
+        return self.bound.backend if self.run is not None else "torch"
+
+    @property
+    def detail(self) -> str:
+        return self.bound.kernel_name if self.run is not None else self.reason
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The decision before binding: which backend and config a shape would use."""
+
+    backend: Optional[Backend]
+    cfg: Any
+    row: Optional[TunedRow]
+    reason: str
 
 
 class Router:
     """One per process (``get_router()``); tests build their own."""
 
-    #: Device types a fast backend may be asked about; tests with fake
-    #: CPU backends add "cpu".
+    #: Device types a fast backend may be asked about; tests with fake CPU
+    #: backends add "cpu".
     device_types: tuple[str, ...] = ("cuda",)
 
-    def __init__(
-        self,
-        settings: Optional[settings_mod.Settings] = None,
-        table: Optional[TunedTable] = None,
-        backends: Optional[dict[str, list[Backend]]] = None,
-        selection: Optional[layers_mod.LayerSelection] = None,
-    ):
-        self._given = (settings, table, backends, selection)
+    def __init__(self, config: Optional[config_mod.Config] = None,
+                 backends: Optional[dict[str, list[Backend]]] = None):
         self._lock = threading.RLock()
-        self._ready = False
         self.error: Optional[str] = None
-        self.settings: Optional[settings_mod.Settings] = None
-        self.table: Optional[TunedTable] = None
         self.backends: dict[str, list[Backend]] = {}
-        self.selection = layers_mod.LayerSelection()
-        self._decisions: dict[tuple, Decision] = {}
-        self._dev_keys: dict[torch.device, Optional[DeviceKey]] = {}
-        self._available: dict[int, tuple[bool, str]] = {}
-        self._probed: dict[tuple[int, torch.device], probe_mod.ProbeResult] = {}
-        self._broken: dict[tuple[int, torch.device], str] = {}
+        self._routes: dict[tuple[int, int, int], list[Optional[Entry]]] = {}
+        self._bound: dict[tuple, Bound] = {}
+        self._available: dict[str, tuple[bool, str]] = {}
+        self._dev_keys: dict[int, Optional[DeviceKey]] = {}
         self._logged: set[str] = set()
-        self._counts: collections.Counter = collections.Counter()
-        self._count_lock = threading.Lock()
+        self._other: dict[tuple[str, str], "itertools.count"] = {}
+        self.config: Optional[config_mod.Config] = None
+        try:
+            if backends is None:
+                from sglang_fp32gemm.backends import default_backends, parsers
 
-    # -- set-up, once ------------------------------------------------------
-    def ensure_ready(self) -> None:
-        if self._ready:
-            return
-        with self._lock:
-            if self._ready:
-                return
-            settings, table, backends, selection = self._given
-            try:
-                self.settings = settings or settings_mod.get()
-                if self.settings.enabled:
-                    self.table = table if table is not None else TunedTable.load(self.settings.config_paths)
-                    self.selection = selection or layers_mod.load(self.settings.layers_path)
-                    if backends is None:
-                        from sglang_fp32gemm.backends import default_backends
-
-                        backends = default_backends()
-                    self.backends = backends
-            except ConfigError as e:
-                # Start-up hooks raise these; at run time the server keeps
-                # running on the exact fallback.
-                self.error = str(e)
-                logger.error("sglang-fp32gemm disabled, bad configuration: %s", e)
-            self._ready = True
-
-    @property
-    def enabled(self) -> bool:
-        self.ensure_ready()
-        return self.error is None and self.settings is not None and self.settings.enabled
+                backends = default_backends()
+            else:
+                from sglang_fp32gemm.backends import parsers
+            self.backends = backends
+            self.config = config if config is not None else config_mod.load(parsers=parsers(backends))
+        except ConfigError as e:
+            # The launcher's flag hook stops a launch on these; a worker
+            # that meets one keeps serving on the exact fallback.
+            self.error = str(e)
+            logger.error("sglang-fp32gemm disabled, bad configuration: %s", e)
+        s = self.config.settings if self.config is not None else None
+        #: Plain attributes: the hooks read them on every call.
+        self.enabled: bool = bool(s is not None and s.enabled and self.error is None)
+        self.deterministic: bool = bool(s is not None and s.deterministic)
 
     # -- bookkeeping -------------------------------------------------------
     def _once(self, level: int, msg: str) -> None:
         if msg in self._logged:
             return
-        with self._count_lock:
+        with self._lock:
             if msg in self._logged:
                 return
             self._logged.add(msg)
         logger.log(level, "%s", msg)
 
-    def count(self, route: str, reason: str) -> None:
-        with self._count_lock:
-            self._counts[(route, reason)] += 1
+    def _count_other(self, route: str, reason: str) -> None:
+        c = self._other.get((route, reason))
+        if c is None:
+            with self._lock:
+                c = self._other.setdefault((route, reason), itertools.count())
+        next(c)
 
     def counters(self) -> dict[tuple[str, str], int]:
-        with self._count_lock:
-            return dict(self._counts)
+        """(route, kernelName or fallback reason) -> calls, over this process."""
+        out: dict[tuple[str, str], int] = {}
+        with self._lock:
+            entries = {id(e): e for route in self._routes.values() for e in route if e is not None}
+            for e in entries.values():
+                n = _count_of(e.calls)
+                if n:
+                    key = (e.route, e.detail)
+                    out[key] = out.get(key, 0) + n
+            for key, c in self._other.items():
+                n = _count_of(c)
+                if n:
+                    out[key] = out.get(key, 0) + n
+        return out
 
     def reset_counters(self) -> None:
-        with self._count_lock:
-            self._counts.clear()
+        with self._lock:
+            for route in self._routes.values():
+                for e in route:
+                    if e is not None:
+                        e.calls = itertools.count()
+            self._other.clear()
 
-    def _device_key(self, device: torch.device) -> Optional[DeviceKey]:
-        if device not in self._dev_keys:
-            self._dev_keys[device] = device_key(device)
-        return self._dev_keys[device]
+    def selects(self, layer: Optional[LayerInfo]) -> bool:
+        return layer is None or (self.config is not None and self.config.selection.selects(layer))
+
+    # -- the hot path ------------------------------------------------------
+    def kernel_for(self, x: torch.Tensor, w: torch.Tensor) -> Optional[Callable]:
+        """The bound kernel for this call, or None: take the fallback.
+
+        The returned callable gives the fp32 product, or None if the kernel
+        raised (it is then disabled and the caller takes the fallback).
+        """
+        if x.dtype is not _BF16 or w.dtype is not _BF16 or x.dim() != 2 or w.dim() != 2:
+            self._count_other("torch", "not a 2-D bf16 x bf16 call")
+            return None
+        m, k = x.shape
+        n, kw = w.shape
+        dev = x.get_device()
+        if kw != k or not 0 < m <= MAX_M or x.stride(1) != 1 or not w.is_contiguous() or w.get_device() != dev:
+            self._count_other("torch", _shape_reason(x, w))
+            return None
+        route = self._routes.get((dev, n, k))
+        e = route[m] if route is not None else None
+        if e is None:
+            e = self.resolve(x.device, m, n, k)
+        next(e.calls)
+        return e.run
+
+    def call(self, x: torch.Tensor, w: torch.Tensor, layer: Optional[LayerInfo] = None,
+             fallback: Optional[Callable[[], torch.Tensor]] = None) -> torch.Tensor:
+        if self.enabled:
+            if layer is not None and not self.selects(layer):
+                self._count_other("torch", "layer not selected")
+            else:
+                run = self.kernel_for(x, w)
+                if run is not None:
+                    out = run(x, w)
+                    if out is not None:
+                        return out
+        elif self.error is not None:
+            self._count_other("torch", "bad configuration")
+        return fallback() if fallback is not None else torch_ref.mm_fp32(x, w)
+
+    # -- resolution, once per (device, N, K, M) -----------------------------
+    def resolve(self, device: torch.device, m: int, n: int, k: int) -> Entry:
+        """The entry of (device, N, K, M): resolved and cached on first use."""
+        idx = device.index if device.index is not None else -1
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            # Binding compiles and the probe synchronises: neither may run
+            # inside a capture. This call takes torch; an eager call resolves.
+            with self._lock:
+                route = self._routes.get((idx, n, k))
+                if route is not None and route[m] is not None:
+                    return route[m]
+            self._once(logging.WARNING, f"sglang-fp32gemm: M={m} N={n} K={k} on {device} first seen during "
+                       "CUDA-graph capture; the captured call uses torch (run it once eagerly first)")
+            return Entry(None, None, _CAPTURE_REASON)
+        with self._lock:
+            route = self._routes.setdefault((idx, n, k), [None] * (MAX_M + 1))
+            e = route[m]
+            if e is None:
+                e = self._entry(device, m, n, k)
+                route[m] = e
+                if e.run is None:
+                    self._once(logging.INFO, f"sglang-fp32gemm: M={m} N={n} K={k} on {device} uses torch: "
+                               f"{e.reason}")
+            return e
+
+    def device_key_of(self, device: torch.device) -> Optional[DeviceKey]:
+        idx = device.index if device.index is not None else -1
+        if idx not in self._dev_keys:
+            self._dev_keys[idx] = device_key(device)
+        return self._dev_keys[idx]
 
     def _backend_available(self, b: Backend) -> tuple[bool, str]:
-        got = self._available.get(id(b))
+        got = self._available.get(b.name)
         if got is None:
             try:
                 got = b.available()
             except Exception as e:
                 got = (False, f"availability check raised {type(e).__name__}: {e}")
-            self._available[id(b)] = got
+            self._available[b.name] = got
             if not got[0]:
-                self._once(logging.INFO, f"backend {b.name} unavailable: {got[1]}")
+                self._once(logging.INFO, f"sglang-fp32gemm: backend {b.name} unavailable: {got[1]}")
         return got
 
-    # -- the decision ------------------------------------------------------
-    def decide(self, x: torch.Tensor, w: torch.Tensor, layer: Optional[LayerInfo] = None) -> Decision:
-        self.ensure_ready()
-        if not self.enabled:
-            return Decision(None, None, self.error and "bad configuration" or "disabled")
-        if layer is not None and not self.selection.selects(layer):
-            return Decision(None, None, "layer not selected")
-        if x.dim() != 2 or w.dim() != 2:
-            return Decision(None, None, "not a 2-D call")
-        m = x.shape[0]
-        if m == 0 or m > MAX_M:
-            return Decision(None, None, "M outside the tables")
-        key = (x.device, w.device, m, x.shape[1], w.shape[0], x.dtype, w.dtype, x.stride(), w.stride())
-        d = self._decisions.get(key)
-        if d is None:
-            d = self._decide(x, w)
-            if d.reason != "not probed before graph capture":
-                self._decisions[key] = d
-        if d.backend is not None:
-            bk = (id(d.backend), x.device)
-            if bk in self._broken:
-                return Decision(None, d.row, "backend failed at run time")
-        return d
-
-    def _decide(self, x: torch.Tensor, w: torch.Tensor) -> Decision:
-        if x.device != w.device:
-            return Decision(None, None, "x and w on different devices")
-        if x.device.type not in self.device_types:
-            return Decision(None, None, f"{x.device.type} tensors")
-        dtype, wdtype = _DTYPE_NAMES.get(x.dtype), _DTYPE_NAMES.get(w.dtype)
-        if dtype != "torch.bfloat16" or wdtype != "torch.bfloat16":
-            return Decision(None, None, f"dtypes {x.dtype}/{w.dtype}, tables hold bf16 x bf16")
-        dev = self._device_key(x.device)
+    def plan(self, dev: Optional[DeviceKey], m: int, n: int, k: int, check_available: bool = True) -> Plan:
+        """Row and backend for a shape on a device key; no binding, no probe."""
+        if self.config is None:
+            return Plan(None, None, None, "bad configuration")
         if dev is None:
-            return Decision(None, None, "no device key")
-        m, k = x.shape
-        n = w.shape[0]
-        row = self.table.lookup(dev, m, n, k) if self.table is not None else None
+            return Plan(None, None, None, "no device key")
+        det = self.deterministic
+        row = self.config.det_table.lookup(dev, m, n, k) if det else None
+        row = row or self.config.table.lookup(dev, m, n, k)
         if row is None:
-            return Decision(None, None, f"no tuned row for {dev} M={m} N={n} K={k}")
+            return Plan(None, None, None, f"no tuned row for {dev} M={m} N={n} K={k}")
         candidates = self.backends.get(row.libtype)
         if not candidates:
-            return Decision(None, row, f"row libtype {row.libtype} is served by torch")
+            return Plan(None, None, row, f"row {row.source}: libtype {row.libtype} is served by torch")
         reasons = []
         for b in candidates:
-            ok, why = self._backend_available(b)
-            if not ok:
-                reasons.append(f"{b.name}: {why}")
-                continue
-            if self.settings.deterministic and not getattr(b, "deterministic", False):
-                # fp32 atomics make the sum order depend on scheduling.
-                reasons.append(f"{b.name}: not deterministic (deterministic mode is on)")
+            try:
+                cfg = b.parse(row.kernelName)
+            except ValueError:
+                continue  # another backend of this libtype names it
+            if check_available:
+                ok, why = self._backend_available(b)
+                if not ok:
+                    reasons.append(f"{b.name}: {why}")
+                    continue
+            if det and not b.deterministic(cfg):
+                reasons.append(f"{b.name}: {row.kernelName} is not deterministic (deterministic mode is on)")
                 continue
             try:
-                ok, why = b.supports(x, w, row)
+                ok, why = b.supports(cfg, m, n, k)
             except Exception as e:
                 ok, why = False, f"supports() raised {type(e).__name__}: {e}"
             if not ok:
-                self._once(logging.INFO, f"backend {b.name} declines {row.source} (M={m} N={n} K={k}): {why}")
                 reasons.append(f"{b.name}: {why}")
                 continue
-            result = self._probe(b, row, x.device)
-            if result is None:
-                return Decision(None, row, "not probed before graph capture")
-            if not result.ok:
-                reasons.append(f"{b.name}: failed its precision probe")
-                continue
-            return Decision(b, row, f"row {row.source}")
-        return Decision(None, row, "; ".join(reasons) or "no backend")
+            return Plan(b, cfg, row, f"row {row.source}")
+        return Plan(None, None, row, f"row {row.source}: " + ("; ".join(reasons) or
+                                                              f"no {row.libtype} backend parses {row.kernelName}"))
 
-    def _probe(self, b: Backend, row: TunedRow, device: torch.device) -> Optional[probe_mod.ProbeResult]:
-        key = (id(b), device)
-        got = self._probed.get(key)
-        if got is not None:
-            return got
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            self._once(logging.WARNING, f"sglang-fp32gemm: {b.name} not yet probed on {device} when CUDA-graph "
-                       "capture began; captured calls use torch until an eager call runs the probe")
-            return None
+    def _entry(self, device: torch.device, m: int, n: int, k: int) -> Entry:
+        if device.type not in self.device_types:
+            return Entry(None, None, f"{device.type} tensors")
+        p = self.plan(self.device_key_of(device), m, n, k)
+        if p.backend is None:
+            return Entry(None, None, p.reason, p.row)
+        bound = self._bind(p.backend, p.cfg, device, n, k, p.row)
+        if bound.fn is None:
+            return Entry(None, bound, f"{p.backend.name} {bound.kernel_name}: {bound.error}", p.row)
+        return Entry(self._guard(bound), bound, p.reason, p.row)
+
+    def _bind(self, b: Backend, cfg: Any, device: torch.device, n: int, k: int, row: TunedRow) -> Bound:
+        name = b.kernel_name(cfg)
+        key = (b.name, name, device.type, device.index, n, k)
+        bound = self._bound.get(key)
+        if bound is not None:
+            return bound
+        bound = Bound(b.name, name, b.deterministic(cfg))
+        try:
+            if b.isolated_probe:
+                from sglang_fp32gemm.backends import isolated_probe
+
+                r = isolated_probe.probe_in_child(b, cfg, device, row.M, n, k)
+                if not r.ok:
+                    raise _ProbeFailed(r)
+            fn = b.bind(cfg, device, n, k)
+            r = probe_mod.run_probe(fn, device, row.M, n, k)
+            bound.probe = r
+            if not r.ok:
+                raise _ProbeFailed(r)
+            bound.fn = fn
+            logger.info("sglang-fp32gemm: %s %s on %s N=%d K=%d passed its %s", b.name, name, device, n, k,
+                        r.describe())
+        except _ProbeFailed as e:
+            bound.probe = e.result
+            bound.error = f"failed its precision probe ({e.result.describe()})"
+            logger.warning("sglang-fp32gemm: kernel %s %s disabled on %s: %s", b.name, name, device, bound.error)
+        except Exception as e:
+            bound.error = f"bind raised {type(e).__name__}: {e}"
+            logger.warning("sglang-fp32gemm: kernel %s %s disabled on %s: %s", b.name, name, device, bound.error)
+        self._bound[key] = bound
+        return bound
+
+    def _guard(self, bound: Bound) -> Callable:
+        fn = bound.fn
+
+        def run(x: torch.Tensor, w: torch.Tensor) -> Optional[torch.Tensor]:
+            try:
+                return fn(x, w)
+            except Exception as e:
+                self._kernel_failed(bound, x.device, e)
+                return None
+
+        return run
+
+    def _kernel_failed(self, bound: Bound, device: torch.device, exc: Exception) -> None:
+        """Disable one kernel (not its backend): its entries turn into fallbacks."""
+        why = f"raised at run time ({type(exc).__name__}: {exc})"
         with self._lock:
-            got = self._probed.get(key)
-            if got is not None:
-                return got
-            try:
-                dev = self._device_key(device)
-                rows = [r for r in self.table.rows() if dev and r.gfx == dev.gfx and r.cu_num == dev.cu_num
-                        and r.libtype == row.libtype] if self.table else []
-                b.prepare(device, rows)
-            except Exception as e:
-                got = probe_mod.ProbeResult(False, float("nan"), (row.M, row.N, row.K),
-                                            f"prepare() raised {type(e).__name__}: {e}")
-            else:
-                got = probe_mod.run_probe(b, row, device)
-            self._probed[key] = got
-        if got.ok:
-            logger.info("sglang-fp32gemm: backend %s on %s passed: %s", b.name, device, got.describe())
-        else:
-            logger.warning("sglang-fp32gemm: backend %s disabled on %s for this process: %s",
-                           b.name, device, got.describe())
-        return got
+            if bound.fn is None:
+                return
+            bound.fn, bound.error = None, why
+            for route in self._routes.values():
+                for i, e in enumerate(route):
+                    if e is not None and e.bound is bound and e.run is not None:
+                        new = Entry(None, bound, f"{bound.backend} {bound.kernel_name} {why}", e.row)
+                        route[i] = new
+        logger.warning("sglang-fp32gemm: kernel %s %s on %s %s; its calls use torch from now on",
+                       bound.backend, bound.kernel_name, device, why)
 
-    # -- the call ----------------------------------------------------------
-    def call(
-        self,
-        x: torch.Tensor,
-        w: torch.Tensor,
-        layer: Optional[LayerInfo] = None,
-        fallback: Optional[Callable[[], torch.Tensor]] = None,
-    ) -> torch.Tensor:
-        d = self.decide(x, w, layer)
-        if d.backend is not None:
-            try:
-                out = d.backend.run(x, w, d.row)
-                self.count(d.backend.name, "ok")
-                return out
-            except Exception as e:
-                self._broken[(id(d.backend), x.device)] = f"{type(e).__name__}: {e}"
-                self._once(logging.WARNING, f"sglang-fp32gemm: backend {d.backend.name} raised on {x.device} "
-                           f"({type(e).__name__}: {e}); this and later calls use torch")
-                d = Decision(None, d.row, "backend failed at run time")
-        self.count("torch", _short(d.reason))
-        return fallback() if fallback is not None else torch_ref.mm_fp32(x, w)
+    # -- for explain, demo, bench and tests ---------------------------------
+    def describe_call(self, x: torch.Tensor, w: torch.Tensor,
+                      layer: Optional[LayerInfo] = None) -> tuple[str, str]:
+        """(route, kernelName or reason) a call would take; resolves, counts nothing."""
+        if not self.enabled:
+            return "torch", "bad configuration" if self.error else "disabled"
+        if not self.selects(layer):
+            return "torch", "layer not selected"
+        if x.dtype is not _BF16 or w.dtype is not _BF16 or x.dim() != 2 or w.dim() != 2:
+            return "torch", "not a 2-D bf16 x bf16 call"
+        m, k = x.shape
+        n, kw = w.shape
+        if kw != k or not 0 < m <= MAX_M or x.stride(1) != 1 or not w.is_contiguous() \
+                or w.get_device() != x.get_device():
+            return "torch", _shape_reason(x, w)
+        e = self.resolve(x.device, m, n, k)
+        return e.route, (e.detail if e.run is None else f"{e.detail} ({e.reason})")
 
-    def probes(self) -> dict[tuple[str, str], probe_mod.ProbeResult]:
-        names = {id(b): b.name for bs in self.backends.values() for b in bs}
-        return {(names.get(bid, "?"), str(dev)): r for (bid, dev), r in self._probed.items()}
+    def entries(self) -> dict[tuple[int, int, int, int], Entry]:
+        with self._lock:
+            return {(d, n, k, m): e for (d, n, k), route in self._routes.items()
+                    for m, e in enumerate(route) if e is not None}
 
-    def broken(self) -> dict[tuple[str, str], str]:
-        names = {id(b): b.name for bs in self.backends.values() for b in bs}
-        return {(names.get(bid, "?"), str(dev)): r for (bid, dev), r in self._broken.items()}
+    def bound_kernels(self) -> list[Bound]:
+        with self._lock:
+            return list(self._bound.values())
+
+    def available(self) -> dict[str, tuple[bool, str]]:
+        out = {}
+        for bs in self.backends.values():
+            for b in bs:
+                out[b.name] = self._backend_available(b)
+        return out
 
 
-def _short(reason: str) -> str:
-    # Count "no tuned row for sm90:132 M=40 ..." under one key, not per shape.
-    return "no tuned row" if reason.startswith("no tuned row") else reason
+class _ProbeFailed(Exception):
+    def __init__(self, result: probe_mod.ProbeResult):
+        super().__init__(result.describe())
+        self.result = result
+
+
+def _shape_reason(x: torch.Tensor, w: torch.Tensor) -> str:
+    m, k = x.shape
+    n, kw = w.shape
+    if kw != k:
+        return "K of x and w differ"
+    if not 0 < m <= MAX_M:
+        return f"M outside 1..{MAX_M}"
+    if x.get_device() != w.get_device():
+        return "x and w on different devices"
+    return "x not row-major or w not contiguous"
 
 
 _router: Optional[Router] = None
@@ -287,21 +422,25 @@ _router_lock = threading.Lock()
 
 
 def get_router() -> Router:
-    global _router
     r = _router
     if r is None:
-        with _router_lock:
-            if _router is None:
-                _router = Router()
-            r = _router
+        r = _make_router()
     return r
+
+
+def _make_router() -> Router:
+    global _router
+    with _router_lock:
+        if _router is None:
+            _router = Router()
+        return _router
 
 
 def reset_router(router: Optional[Router] = None) -> Router:
     """Forget cached state (after the environment changed); tests use it."""
     global _router
     with _router_lock:
-        _router = router or Router()
+        _router = router if router is not None else Router()
         return _router
 
 
@@ -326,7 +465,7 @@ def linear_bf16_fp32(
 ) -> torch.Tensor:
     """out[..., N] fp32 = x[..., K] @ w[N, K]^T through the tuned table.
 
-    ``fallback`` (no arguments) gives the exact result when no fast backend
+    ``fallback`` (no arguments) gives the exact result when no fast kernel
     takes the call; by default ``torch.mm(x, w.t(), out_dtype=fp32)``.
     """
     if torch.compiler.is_compiling():

@@ -1,22 +1,46 @@
 """Fast backends, by the CSV ``libtype`` they serve, in the order tried.
 
-Backends are constructed on first use; constructing one imports nothing
-heavy (triton, flydsl and aiter are imported inside their methods).
+A row's kernelName is served by the first backend of its libtype that
+parses it (and is available, takes the shape and passes its probe); the
+two Triton kernels share libtype ``triton`` and are told apart by name.
+Constructing a backend imports nothing heavy: triton, cutlass, flydsl and
+aiter are imported inside their methods.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 from sglang_fp32gemm.backends.base import Backend
 
 
-def default_backends() -> dict[str, list[Backend]]:
+def all_backends() -> list[Backend]:
+    """A fresh instance of every backend, in routing order."""
     from sglang_fp32gemm.backends.aiter_tgemm import AiterBackend
+    from sglang_fp32gemm.backends.cutedsl_warp import CuteDSLWarpBackend
     from sglang_fp32gemm.backends.flydsl_gfx950 import FlyDSLBackend
+    from sglang_fp32gemm.backends.triton_epoch import TritonEpochBackend
     from sglang_fp32gemm.backends.triton_splitk import TritonSplitKBackend
 
     # On gfx950 aiter's own fixed kernel is preferred when the installed
-    # aiter has it; our FlyDSL kernel is the second choice.
-    return {
-        "triton": [TritonSplitKBackend()],
-        "flydsl": [AiterBackend(), FlyDSLBackend()],
-    }
+    # aiter has it; our FlyDSL kernel (same kernelName grammar) is second.
+    return [TritonEpochBackend(), TritonSplitKBackend(), CuteDSLWarpBackend(), AiterBackend(), FlyDSLBackend()]
+
+
+def default_backends() -> dict[str, list[Backend]]:
+    out: dict[str, list[Backend]] = {}
+    for b in all_backends():
+        out.setdefault(b.libtype, []).append(b)
+    return out
+
+
+def by_name(name: str) -> Backend:
+    for b in all_backends():
+        if b.name == name:
+            return b
+    raise KeyError(f"no backend named {name!r} (known: {', '.join(b.name for b in all_backends())})")
+
+
+def parsers(backends: dict[str, list[Backend]]) -> dict[str, list[Callable[[str], object]]]:
+    """libtype -> the parse functions that may accept its kernelNames (start-up validation)."""
+    return {lib: [b.parse for b in bs] for lib, bs in backends.items()}

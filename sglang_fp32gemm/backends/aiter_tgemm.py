@@ -22,15 +22,16 @@ import functools
 import importlib
 import importlib.util
 import logging
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from sglang_fp32gemm.backends.base import OK, Backend, Verdict
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from sglang_fp32gemm.table import TunedRow
+    from sglang_fp32gemm.backends.flydsl_gfx950 import FlyDSLConfig
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,8 @@ class AiterBackend(Backend):
 
     name = "aiter"
     libtype = "flydsl"
+    # Never run on an MI355X by this project: probe each kernel in a child first.
+    isolated_probe = True
     # Device types a call may be on; tests with the fake aiter add "cpu".
     device_types: tuple[str, ...] = ("cuda",)
 
@@ -109,26 +112,31 @@ class AiterBackend(Backend):
             return None, f"aiter has no tuned row for M={m} N={n} K={k} bf16->fp32"
         return dict(cfg), ""
 
-    def supports(self, x: "torch.Tensor", w: "torch.Tensor", row: "TunedRow") -> Verdict:
-        import torch
+    def parse(self, kernel_name: str) -> "FlyDSLConfig":
+        from sglang_fp32gemm.backends.flydsl_gfx950 import FlyDSLConfig
 
-        if x.dtype != torch.bfloat16 or w.dtype != torch.bfloat16:
-            return False, f"dtypes {x.dtype} x {w.dtype}, need bfloat16 x bfloat16"
-        if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1]:
-            return False, f"need x[M,K] and w[N,K], got {tuple(x.shape)} and {tuple(w.shape)}"
-        if not x.is_contiguous() or not w.is_contiguous():
-            return False, "x and w must be contiguous"
-        if x.device.type not in self.device_types or x.device != w.device:
-            return False, f"x on {x.device}, w on {w.device}: need the same ROCm device"
-        if str(row.outdtype) != "torch.float32":
-            return False, f"row outdtype {row.outdtype}, need torch.float32"
-        m, k = x.shape
-        n = w.shape[0]
-        cfg, why = self._lookup(m, n, k)
-        if cfg is None:
+        return FlyDSLConfig.parse(kernel_name)
+
+    def deterministic(self, cfg: "FlyDSLConfig") -> bool:
+        return not cfg.uses_atomics
+
+    def source_tag(self, cfg: "FlyDSLConfig") -> str:
+        pkg = _aiter_package_dir()
+        found = aiter_has_fp32c_kernel(pkg) if pkg else None
+        try:
+            mtime = os.stat(found).st_mtime_ns if found else 0
+        except OSError:
+            mtime = 0
+        return f"aiter:{found}:{mtime}"
+
+    def supports(self, cfg: "FlyDSLConfig", m: int, n: int, k: int) -> Verdict:
+        # aiter resolves the call with its own table; our row only says that
+        # a FlyDSL kernel should serve this shape. Check what aiter would run.
+        acfg, why = self._lookup(m, n, k)
+        if acfg is None:
             return False, why
-        lib = str(cfg.get("libtype", ""))
-        name = str(cfg.get("kernelName", "") or "")
+        lib = str(acfg.get("libtype", ""))
+        name = str(acfg.get("kernelName", "") or "")
         if lib != "flydsl":
             return False, f"aiter resolves M={m} N={n} K={k} to libtype {lib!r}, not a FlyDSL fp32-C kernel"
         out_dt = _kernel_out_dtype(name)
@@ -140,15 +148,22 @@ class AiterBackend(Backend):
                            "its FlyDSL HGEMM rounds C to bf16 before writing fp32")
         return OK
 
-    def run(self, x: "torch.Tensor", w: "torch.Tensor", row: "TunedRow") -> "torch.Tensor":
+    def bind(self, cfg: "FlyDSLConfig", device: "torch.device", n: int, k: int) -> Callable:
         import torch
         from aiter.tuned_gemm import tgemm
 
-        out = tgemm.mm(x, w, otype=torch.float32)
-        if out.dtype != torch.float32 or tuple(out.shape) != (x.shape[0], w.shape[0]):
-            raise RuntimeError(f"aiter tgemm.mm returned {out.dtype} {tuple(out.shape)}, "
-                               f"expected float32 {(x.shape[0], w.shape[0])}")
-        return out
+        if device.type not in self.device_types:
+            raise RuntimeError(f"aiter backend does not run on {device}")
+        f32 = torch.float32
+
+        def run(x: "torch.Tensor", w: "torch.Tensor") -> "torch.Tensor":
+            out = tgemm.mm(x, w, otype=f32)
+            if out.dtype != f32 or out.shape[0] != x.shape[0] or out.shape[1] != n:
+                raise RuntimeError(f"aiter tgemm.mm returned {out.dtype} {tuple(out.shape)}, "
+                                   f"expected float32 {(x.shape[0], n)}")
+            return out
+
+        return run
 
 
 def _kernel_out_dtype(name: str) -> Optional[str]:
