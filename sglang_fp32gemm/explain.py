@@ -51,10 +51,15 @@ def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple
     buf = io.StringIO()
     p = lambda *a: print(*a, file=buf)  # noqa: E731
     code = 0
+    given_key: Optional[DeviceKey] = None
     try:
+        if device_key_override:
+            given_key = DeviceKey.parse(device_key_override)
         s = settings_mod.reload()
         p(f"enabled: {s.enabled} (source: {s.enabled_source}; flag --enable-flydsl-fp32-gemm or "
           f"{settings_mod.ENABLE_VAR})")
+        for problem in s.problems:
+            p(f"warning: ignored while disabled, an error once enabled: {problem}")
         p(f"deterministic: {s.deterministic} (source: {s.deterministic_source})")
         table = TunedTable.load(s.config_paths)
         p(f"tables: {', '.join(table.files)} ({len(table)} rows)")
@@ -65,9 +70,8 @@ def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple
         return 2, buf.getvalue()
 
     device = None
-    if device_key_override:
-        gfx, _, cu = device_key_override.partition(":")
-        dev = DeviceKey(gfx, int(cu or 0))
+    if given_key is not None:
+        dev = given_key
         p(f"device key: {dev} (given on the command line; no call is made)")
     elif torch.cuda.is_available():
         device = torch.device("cuda", torch.cuda.current_device())
