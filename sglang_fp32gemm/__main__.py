@@ -27,6 +27,18 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument("--device-key", help="show routes for another device, e.g. gfx950:256 or sm90:132")
         ap.add_argument("--max-m", type=int, default=64)
         a = ap.parse_args(rest)
+        if a.device_key is not None:
+            from sglang_fp32gemm.errors import ConfigError
+            from sglang_fp32gemm.table import DeviceKey
+
+            try:
+                DeviceKey.parse(a.device_key)
+            except ConfigError as e:
+                print(f"error: --device-key: {e}", file=sys.stderr)
+                return 2
+        if a.max_m < 1:
+            print(f"error: --max-m: must be >= 1, got {a.max_m}", file=sys.stderr)
+            return 2
         code, text = explain(a.device_key, a.max_m)
         print(text, end="")
         return code

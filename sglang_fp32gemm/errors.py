@@ -1,5 +1,7 @@
 """Errors that stop start-up with a message naming the file, line or variable."""
 
+import os
+import stat
 from pathlib import Path
 
 
@@ -7,12 +9,61 @@ class ConfigError(ValueError):
     """A setting, tuned table or layer file is wrong; the message says where."""
 
 
+#: Configuration files are small; a larger one is a wrong path, not a table.
+MAX_CONFIG_BYTES = 64 << 20
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _kind(mode: int) -> str:
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _check_regular(p: Path, what: str, st: os.stat_result) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{p}: {what} is {_kind(st.st_mode)}, not a regular file")
+    if st.st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{p}: {what} is {st.st_size} bytes, more than a configuration file can be "
+                          f"({MAX_CONFIG_BYTES} bytes)")
+
+
 def read_config_text(path, what: str) -> str:
-    """A configuration file's text, or a ConfigError naming the file."""
+    """A configuration file's text, or a ConfigError naming the file.
+
+    Only regular files are read: a directory, FIFO, socket or device is an
+    error saying what it is (checked before opening, so a FIFO never blocks;
+    the file is also opened non-blocking in case it is swapped in between).
+    The text is UTF-8, with or without a byte-order mark.
+    """
     p = Path(path)
     try:
-        return p.read_text()
+        _check_regular(p, what, os.stat(p))
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+                     | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
         raise ConfigError(f"{p}: {what} not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{p}: {what} unreadable ({e})") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: {what} unreadable ({e.strerror or e})") from None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            _check_regular(p, what, os.fstat(f.fileno()))  # swapped after the stat above
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"{p}: {what} unreadable ({e.strerror or e})") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{p}: {what} is larger than a configuration file can be ({MAX_CONFIG_BYTES} bytes)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ConfigError(f"{p}:{line}: {what} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
+                          f"{e.start})") from None

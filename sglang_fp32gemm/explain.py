@@ -51,10 +51,15 @@ def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple
     buf = io.StringIO()
     p = lambda *a: print(*a, file=buf)  # noqa: E731
     backends = default_backends()
+    given_key: Optional[DeviceKey] = None
     try:
+        if device_key_override:
+            given_key = DeviceKey.parse(device_key_override)
         s = settings_mod.reload()
         p(f"enabled: {s.enabled} (source: {s.enabled_source}; flag --enable-flydsl-fp32-gemm or "
           f"{settings_mod.ENABLE_VAR})")
+        for problem in s.problems:
+            p(f"warning: ignored while disabled, an error once enabled: {problem}")
         p(f"deterministic: {s.deterministic} (source: {s.deterministic_source})")
         # Load as if enabled, so a user sees what enabling would do.
         env = dict(os.environ, **{settings_mod.ENABLE_VAR: "1"})
@@ -62,7 +67,6 @@ def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple
         p(f"tables: {', '.join(cfg.table.files + cfg.det_table.files)} "
           f"({len(cfg.table)} rows, {len(cfg.det_table)} deterministic)")
         p(f"layers: {cfg.selection.describe()}")
-        dev_override = DeviceKey.parse(device_key_override) if device_key_override else None
     except ConfigError as e:
         p(f"error: {e}")
         return 2, buf.getvalue()
@@ -75,8 +79,8 @@ def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple
         p(f"hooks: unknown ({type(e).__name__}: {e})")
 
     device = None
-    if dev_override is not None:
-        dev = dev_override
+    if given_key is not None:
+        dev = given_key
         p(f"device key: {dev} (given on the command line; no call is made)")
     elif torch.cuda.is_available():
         device = torch.device("cuda", torch.cuda.current_device())

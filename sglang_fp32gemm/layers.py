@@ -7,19 +7,32 @@ A small ``key = value`` file, one setting a line, ``#`` comments::
     kinds = hca
     exclude_layers = 7
 
-``layers`` and ``exclude_layers`` take ids and inclusive ranges; ``kinds``
-takes hca, csa, indexer and fused. A call opts in when its layer id is in
-``layers`` (or ``layers`` is absent), its kind is in ``kinds`` (or ``kinds``
-is absent), and its id is not excluded. Without a file every compressor
-layer opts in. Calls with no layer context (plain ``linear_bf16_fp32``
-callers) follow the tuned table alone.
+A call opts in when its layer id is in ``layers`` (or ``layers`` is
+absent), its kind is in ``kinds`` (or ``kinds`` is absent), and its id is
+not excluded. Without a file every compressor layer opts in. Calls with no
+layer context (plain ``linear_bf16_fp32`` callers) follow the tuned table
+alone.
+
+Grammar: ``layers`` and ``exclude_layers`` take a comma-separated list of
+ids and inclusive ranges (``7``, ``3-7``: whole numbers >= 0 in ASCII
+digits; spaces around items and around the dash are allowed). They are kept
+as ranges, so ``0-10000000`` costs nothing and a lookup is a binary search.
+``kinds`` takes a comma-separated list of hca, csa, indexer, fused (any
+case). Keys are case-insensitive and each may appear once. Each of these is
+an error naming file:line: a line without ``=``, an unknown key, a key
+given twice, an empty list (``layers =``), an empty item (``1,,2`` or a
+trailing ``1,``), a half range (``3-``), a negative id (``-3``), anything
+else that is not a number (``a``, ``+3``, ``1.5``), a reversed range
+(``5-2``), an unknown kind.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import re
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
 
 from sglang_fp32gemm.errors import ConfigError, read_config_text
 
@@ -46,11 +59,65 @@ class LayerInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class IdRanges:
+    """A set of layer ids kept as sorted, disjoint, non-adjacent inclusive ranges.
+
+    ``0-10000000`` is one pair; membership is a binary search.
+    """
+
+    intervals: tuple[tuple[int, int], ...] = ()
+    _starts: tuple[int, ...] = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        merged: list[list[int]] = []  # sorted, overlapping and adjacent ranges joined
+        for a, b in sorted((int(a), int(b)) for a, b in self.intervals):
+            if not 0 <= a <= b:
+                raise ValueError(f"bad layer range {a}-{b}")
+            if merged and a <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        object.__setattr__(self, "intervals", tuple((a, b) for a, b in merged))
+        object.__setattr__(self, "_starts", tuple(a for a, _ in merged))
+
+    @staticmethod
+    def of(pairs: Iterable[tuple[int, int]]) -> "IdRanges":
+        return IdRanges(tuple(pairs))
+
+    @staticmethod
+    def of_ids(ids: Iterable[int]) -> "IdRanges":
+        return IdRanges.of((int(i), int(i)) for i in ids)
+
+    def __contains__(self, layer_id: object) -> bool:
+        i = bisect.bisect_right(self._starts, layer_id) - 1  # type: ignore[arg-type]
+        return i >= 0 and layer_id <= self.intervals[i][1]  # type: ignore[operator]
+
+    def __bool__(self) -> bool:
+        return bool(self.intervals)
+
+    def __len__(self) -> int:
+        """How many ranges (not ids: a range may hold millions)."""
+        return len(self.intervals)
+
+    def __str__(self) -> str:
+        return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in self.intervals) or "(none)"
+
+
+@dataclasses.dataclass(frozen=True)
 class LayerSelection:
-    layers: Optional[frozenset[int]] = None
+    layers: Optional[IdRanges] = None
     kinds: Optional[frozenset[str]] = None
-    exclude: frozenset[int] = frozenset()
+    exclude: IdRanges = IdRanges()
     source: str = "(no file: every compressor layer)"
+
+    def __post_init__(self) -> None:
+        # Plain id collections (frozenset({5})) are accepted and kept as ranges.
+        if self.layers is not None and not isinstance(self.layers, IdRanges):
+            object.__setattr__(self, "layers", IdRanges.of_ids(self.layers))
+        if not isinstance(self.exclude, IdRanges):
+            object.__setattr__(self, "exclude", IdRanges.of_ids(self.exclude))
+        if self.kinds is not None and not isinstance(self.kinds, frozenset):
+            object.__setattr__(self, "kinds", frozenset(self.kinds))
 
     def selects(self, info: Optional[LayerInfo]) -> bool:
         if info is None:
@@ -64,50 +131,43 @@ class LayerSelection:
     def describe(self) -> str:
         parts = []
         if self.layers is not None:
-            parts.append(f"layers={_ranges(self.layers)}")
+            parts.append(f"layers={self.layers}")
         if self.kinds is not None:
             parts.append(f"kinds={','.join(k for k in KINDS if k in self.kinds)}")
         if self.exclude:
-            parts.append(f"exclude_layers={_ranges(self.exclude)}")
+            parts.append(f"exclude_layers={self.exclude}")
         return f"{self.source}: " + (" ".join(parts) if parts else "every compressor layer")
 
 
-def _ranges(ids: frozenset[int]) -> str:
-    out, s = [], sorted(ids)
-    i = 0
-    while i < len(s):
-        j = i
-        while j + 1 < len(s) and s[j + 1] == s[j] + 1:
-            j += 1
-        out.append(str(s[i]) if i == j else f"{s[i]}-{s[j]}")
-        i = j + 1
-    return ",".join(out) or "(none)"
+# One item of an id list: "7" or "3-7" (ASCII digits; spaces around the dash allowed).
+MAX_ID_DIGITS = 18  # Python refuses to parse very long ints; no model has 10**18 layers
+_ITEM = re.compile(r"([0-9]+)(?:\s*-\s*([0-9]+))?")
 
 
-def _parse_ids(value: str, where: str) -> frozenset[int]:
-    ids: set[int] = set()
-    for part in value.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            if "-" in part:
-                a, b = (int(t) for t in part.split("-", 1))
-                if a < 0 or b < a:
-                    raise ConfigError(f"{where}: bad range {part!r} (need 0 <= start <= end)")
-                ids.update(range(a, b + 1))
-            else:
-                v = int(part)
-                if v < 0:
-                    raise ValueError
-                ids.add(v)
-        except ConfigError:
-            raise  # already says what is wrong (ConfigError is a ValueError)
-        except ValueError:
-            raise ConfigError(f"{where}: {part!r} is not a layer id or range like 3-7") from None
-    if not ids:
+def _items(value: str, where: str) -> list[str]:
+    if not value.strip():
         raise ConfigError(f"{where}: empty list")
-    return frozenset(ids)
+    items = [t.strip() for t in value.split(",")]
+    if not all(items):
+        raise ConfigError(f"{where}: empty item in {value.strip()!r} (a stray comma?)")
+    return items
+
+
+def _parse_ids(value: str, where: str) -> IdRanges:
+    pairs = []
+    for part in _items(value, where):
+        m = _ITEM.fullmatch(part)
+        if m is None:
+            raise ConfigError(f"{where}: {part!r} is not a layer id or range like 3-7 "
+                              f"(ids are whole numbers >= 0)")
+        if max(len(g) for g in m.groups() if g) > MAX_ID_DIGITS:
+            raise ConfigError(f"{where}: {part!r}: layer id too large (at most {MAX_ID_DIGITS} digits)")
+        a = int(m.group(1))
+        b = a if m.group(2) is None else int(m.group(2))
+        if b < a:
+            raise ConfigError(f"{where}: bad range {part!r} (need start <= end)")
+        pairs.append((a, b))
+    return IdRanges.of(pairs)
 
 
 def parse(text: str, name: str) -> LayerSelection:
@@ -126,17 +186,17 @@ def parse(text: str, name: str) -> LayerSelection:
         if key in values:
             raise ConfigError(f"{where}: {key!r} given twice")
         if key == "kinds":
-            kinds = {k.strip().lower() for k in value.split(",") if k.strip()}
+            kinds = {k.lower() for k in _items(value, where)}
             bad = sorted(kinds - set(KINDS))
-            if bad or not kinds:
-                raise ConfigError(f"{where}: unknown kind(s) {', '.join(bad) or '(none)'} (known: {', '.join(KINDS)})")
+            if bad:
+                raise ConfigError(f"{where}: unknown kind(s) {', '.join(bad)} (known: {', '.join(KINDS)})")
             values[key] = frozenset(kinds)
         else:
             values[key] = _parse_ids(value, where)
     return LayerSelection(
         layers=values.get("layers"),  # type: ignore[arg-type]
         kinds=values.get("kinds"),  # type: ignore[arg-type]
-        exclude=values.get("exclude_layers", frozenset()),  # type: ignore[arg-type]
+        exclude=values.get("exclude_layers", IdRanges()),  # type: ignore[arg-type]
         source=name,
     )
 

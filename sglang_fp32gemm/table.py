@@ -4,6 +4,28 @@ A row says: on this device (``gfx``, ``cu_num``), for this shape and dtypes,
 run this kernel (``libtype`` + ``kernelName``). Files are the packaged
 ``configs/*.csv`` followed by the paths in ``SGLANG_FLYDSL_FP32_GEMM_CONFIG``;
 a later file's row replaces an earlier one with the same key.
+
+Two tables. A file whose name ends in ``_deterministic.csv`` (packaged or
+given by the user; the suffix is case-sensitive) holds, per key, the fastest
+*deterministic* kernel (same inputs, same bits, whatever the scheduling: no
+floating-point atomics); every other file belongs to the fast table. The
+two are merged separately, each in file order::
+
+    tables = TunedTables.load(settings.config_paths)
+    tables.fast            # TunedTable of every other file
+    tables.deterministic   # TunedTable of the *_deterministic.csv files
+    tables.for_mode(det)   # one of the two
+
+``TunedTable.load(paths, deterministic=False)`` is the same, one table.
+Which table a call consults in deterministic mode is the router's decision.
+
+File format (errors name ``file:line``): UTF-8 with or without a byte-order
+mark; the first line is the header, which must name every column of
+``HEADER`` in any order and may name more; every row has exactly as many
+fields as the header; blank lines and lines whose first field starts with
+``#`` are skipped; a key (the first ten columns) appears once per file.
+``validate_kernel_names`` checks, at start-up, that each row's kernelName
+parses for a backend of its libtype.
 """
 
 from __future__ import annotations
@@ -14,9 +36,10 @@ import io
 import logging
 import math
 import os
+import re
 from importlib import resources
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from sglang_fp32gemm.errors import ConfigError, read_config_text
 
@@ -110,23 +133,37 @@ def _parse_float(text: str, where: str, col: str) -> float:
 
 def parse_csv(text: str, name: str) -> list[TunedRow]:
     """Parse and validate one table; errors name ``name:line``."""
+    if text.startswith("\ufeff"):  # a byte-order mark (Excel's "CSV UTF-8")
+        text = text[1:]
     reader = csv.reader(io.StringIO(text))
     try:
         header = next(reader)
+    except csv.Error as e:
+        raise ConfigError(f"{name}:1: not CSV ({e})") from None
     except StopIteration:
         raise ConfigError(f"{name}:1: empty file, expected the header {','.join(HEADER)}") from None
     header = [h.strip() for h in header]
     missing = [c for c in HEADER if c not in header]
     if missing:
         raise ConfigError(f"{name}:1: header lacks column(s) {', '.join(missing)}")
+    twice = sorted({c for c in HEADER if header.count(c) > 1})
+    if twice:
+        raise ConfigError(f"{name}:1: header names column(s) {', '.join(twice)} more than once")
     idx = {c: header.index(c) for c in HEADER}
     rows: list[TunedRow] = []
     seen: dict[tuple, int] = {}
-    for lineno, fields in enumerate(reader, start=2):
+    while True:
+        try:
+            fields = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as e:
+            raise ConfigError(f"{name}:{reader.line_num}: not CSV ({e})") from None
+        lineno = reader.line_num  # physical line (a quoted field may span lines)
         if not fields or all(not f.strip() for f in fields) or fields[0].lstrip().startswith("#"):
             continue
         where = f"{name}:{lineno}"
-        if len(fields) < len(header):
+        if len(fields) != len(header):
             raise ConfigError(f"{where}: {len(fields)} fields, the header has {len(header)}")
         f = {c: fields[i].strip() for c, i in idx.items()}
         if not f["gfx"]:
@@ -180,8 +217,15 @@ def packaged_tables() -> list[tuple[str, str]]:
     out = []
     for entry in sorted(root.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".csv"):
-            out.append((f"configs/{entry.name}", entry.read_text()))
+            name = f"configs/{entry.name}"
+            try:
+                out.append((name, entry.read_bytes().decode("utf-8-sig")))
+            except (OSError, UnicodeDecodeError) as e:
+                raise ConfigError(f"{name}: packaged tuned table unreadable ({e})") from None
     return out
+
+
+_DEVICE_KEY_RE = re.compile(r"(gfx[0-9a-f]+|sm[0-9]+):([1-9][0-9]{0,5})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,6 +235,22 @@ class DeviceKey:
 
     def __str__(self) -> str:
         return f"{self.gfx}:{self.cu_num}"
+
+    @staticmethod
+    def parse(text: str) -> "DeviceKey":
+        """``ARCH:COUNT`` as ``device_key`` makes it, e.g. ``gfx950:256`` or ``sm90:132``.
+
+        ARCH is ``gfx`` + hex digits (ROCm) or ``sm`` + digits (CUDA), any
+        case (stored lower-case); COUNT is the CU/SM count, a whole number
+        >= 1 without sign or leading zeros. Anything else (``sm90``,
+        ``sm90:x``, ``:132``, ``sm90:0``, ``gfx950:256:1``) is a ConfigError.
+        """
+        t = str(text).strip()
+        m = _DEVICE_KEY_RE.fullmatch(t.lower())
+        if m is None:
+            raise ConfigError(f"device key {text!r}: expected ARCH:COUNT such as gfx950:256 or sm90:132 "
+                              "(ARCH gfx<hex> or sm<digits>, COUNT the CU/SM count >= 1)")
+        return DeviceKey(m.group(1), int(m.group(2)))
 
 
 def device_key(device) -> Optional[DeviceKey]:
@@ -221,11 +281,53 @@ def m_candidates(m: int) -> list[int]:
     return out
 
 
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip()) or "(no message)"
+
+
+KernelParser = Callable[[str], object]
+
+
+def validate_kernel_names(rows: Iterable[TunedRow], parsers: Mapping[str, Sequence[KernelParser]]) -> None:
+    """Every row whose libtype has parsers names a kernel one of them accepts.
+
+    ``parsers`` maps a libtype to the ``parse`` functions of the backends that
+    serve it (``Backend.parse``: a config, or ``ValueError``). A row whose
+    libtype has no parsers is served by torch and not checked. Otherwise a
+    name no parser accepts is a ConfigError ``file:line: kernelName '...' is
+    not a <libtype> kernel: <the first parser's error>``.
+    """
+    for row in rows:
+        fns = parsers.get(row.libtype)
+        if not fns:
+            continue
+        first: Optional[str] = None
+        for fn in fns:
+            try:
+                fn(row.kernelName)
+            except Exception as e:  # ValueError by contract; a crash rejects the name too
+                if first is None:
+                    first = _one_line(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {_one_line(e)}"
+            else:
+                break
+        else:
+            raise ConfigError(f"{row.source}: kernelName {row.kernelName!r} is not a {row.libtype} kernel: {first}")
+
+
+DETERMINISTIC_SUFFIX = "_deterministic.csv"
+
+
+def is_deterministic_file(name: str | os.PathLike) -> bool:
+    """Whether a table file holds deterministic kernels (its name ends in ``_deterministic.csv``)."""
+    return os.path.basename(os.fspath(name)).endswith(DETERMINISTIC_SUFFIX)
+
+
 class TunedTable:
     """All rows, merged in file order, indexed by aiter's key."""
 
     def __init__(self, rows_by_file: list[tuple[str, list[TunedRow]]]):
         self.files = [name for name, _ in rows_by_file]
+        self._every_row = [r for _, rows in rows_by_file for r in rows]
         self._rows: dict[tuple, TunedRow] = {}
         for _name, rows in rows_by_file:
             for r in rows:
@@ -235,14 +337,17 @@ class TunedTable:
                 self._rows[r.key] = r
 
     @classmethod
-    def load(cls, extra_paths: Iterable[str] = ()) -> "TunedTable":
-        files = [(name, parse_csv(text, name)) for name, text in packaged_tables()]
-        for p in extra_paths:
-            files.append((str(p), read_csv_file(p)))
-        return cls(files)
+    def load(cls, extra_paths: Iterable[str] = (), deterministic: bool = False) -> "TunedTable":
+        """The fast table (default) or the deterministic one; see ``TunedTables.load``."""
+        return TunedTables.load(extra_paths).for_mode(deterministic)
 
     def rows(self) -> list[TunedRow]:
+        """The merged rows: one per key, the last file's."""
         return list(self._rows.values())
+
+    def every_row(self) -> list[TunedRow]:
+        """Every row of every file, overridden ones included (for start-up validation)."""
+        return list(self._every_row)
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -264,3 +369,34 @@ class TunedTable:
             if r is not None:
                 return r
         return None
+
+
+@dataclasses.dataclass(frozen=True)
+class TunedTables:
+    """The fast and the deterministic table (see the module docstring)."""
+
+    fast: TunedTable
+    deterministic: TunedTable
+
+    @classmethod
+    def load(cls, extra_paths: Iterable[str] = ()) -> "TunedTables":
+        """Packaged files, then ``extra_paths``, each read and validated once.
+
+        A file goes to ``deterministic`` when its name ends in
+        ``_deterministic.csv``, else to ``fast``; each table merges its files
+        in this order (a later row replaces an earlier one with its key).
+        """
+        fast: list[tuple[str, list[TunedRow]]] = []
+        det: list[tuple[str, list[TunedRow]]] = []
+        for name, text in packaged_tables():
+            (det if is_deterministic_file(name) else fast).append((name, parse_csv(text, name)))
+        for p in extra_paths:
+            (det if is_deterministic_file(p) else fast).append((str(p), read_csv_file(p)))
+        return cls(TunedTable(fast), TunedTable(det))
+
+    def for_mode(self, deterministic: bool) -> TunedTable:
+        return self.deterministic if deterministic else self.fast
+
+    def rows(self) -> list[TunedRow]:
+        """Every row of every file of both tables, overridden ones included (for start-up validation)."""
+        return self.fast.every_row() + self.deterministic.every_row()

@@ -10,7 +10,8 @@ import pytest
 from fakes.fake_backends import rows_csv
 from sglang_fp32gemm import settings as settings_mod
 from sglang_fp32gemm.errors import ConfigError
-from sglang_fp32gemm.table import HEADER, DeviceKey, TunedTable, format_rows, m_candidates, parse_csv, read_csv_file
+from sglang_fp32gemm.table import (HEADER, DeviceKey, TunedTable, TunedTables, format_rows, m_candidates, parse_csv,
+                                   read_csv_file, validate_kernel_names)
 
 GFX950 = DeviceKey("gfx950", 256)
 SM90 = DeviceKey("sm90", 132)
@@ -157,6 +158,9 @@ def _bad(line: int, old: str, new: str) -> str:
     (_bad(3, "gfx950,256,2,", "gfx950,256,1,"), 3, "duplicate key"),
     (_bad(2, "gfx950,256,1,", "gfx950,0,1,"), 2, "column 'cu_num' must be >= 1"),
     (_LINES[0] + "\n" + _LINES[1] + "\ngfx950,256,4\n", 3, "3 fields"),
+    (_LINES[0] + "\n" + _LINES[1] + "\n" + _LINES[2] + ",extra\n", 3, "19 fields, the header has 18"),
+    (_LINES[0] + "\n" + _LINES[1] + ",\n", 2, "19 fields, the header has 18"),
+    (_LINES[0] + ",M\n" + _LINES[1] + ",1\n", 1, "header names column(s) M more than once"),
 ])
 def test_bad_table_errors_name_file_and_line(tmp_path, text, line, words):
     p = _write(tmp_path, "bad.csv", text)
@@ -202,18 +206,180 @@ def test_missing_table_file_is_named(tmp_path, monkeypatch):
         TunedTable.load(settings_mod.reload().config_paths)
 
 
-def test_directory_as_table_is_unreadable(tmp_path):
+def test_directory_as_table_is_an_error_saying_so(tmp_path):
     d = tmp_path / "adir.csv"
     d.mkdir()
-    with pytest.raises(ConfigError, match=rf"^{d}: tuned table unreadable"):
+    with pytest.raises(ConfigError, match=rf"^{d}: tuned table is a directory, not a regular file$"):
         read_csv_file(d)
 
 
-def test_invalid_utf8_table_is_unreadable(tmp_path):
+def test_invalid_utf8_table_names_file_and_line(tmp_path):
     p = tmp_path / "latin.csv"
     p.write_bytes(_GOOD.encode() + b"gfx950,256,4,1024,7168,False,\xff\xfe\xc3(\n")
-    with pytest.raises(ConfigError, match=rf"^{p}: tuned table unreadable"):
+    with pytest.raises(ConfigError, match=rf"^{p}:4: tuned table is not UTF-8 text \(byte 0xff at offset "):
         read_csv_file(p)
+
+
+def test_table_saved_with_a_utf8_bom_is_accepted(tmp_path):
+    p = tmp_path / "excel.csv"
+    p.write_bytes(b"\xef\xbb\xbf" + _GOOD.replace("\n", "\r\n").encode())
+    rows = read_csv_file(p)
+    assert [r.key for r in rows] == [r.key for r in parse_csv(_GOOD, "g.csv")]
+    assert [r.source for r in rows] == [f"{p}:2", f"{p}:3"]
+    assert [r.key for r in parse_csv("\ufeff" + _GOOD, "t.csv")] == [r.key for r in rows]
+
+
+def test_fifo_table_is_an_error_not_a_hang(tmp_path):
+    import threading
+
+    fifo = tmp_path / "table.csv"
+    os.mkfifo(fifo)
+    got: list = []
+
+    def read():
+        try:
+            read_csv_file(fifo)
+        except BaseException as e:  # noqa: BLE001
+            got.append(e)
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("reading a FIFO table blocked")
+    assert isinstance(got[0], ConfigError) and str(got[0]) == (
+        f"{fifo}: tuned table is a FIFO (named pipe), not a regular file")
+
+
+# -- device keys ------------------------------------------------------------------------
+@pytest.mark.parametrize("text, key", [
+    ("gfx950:256", GFX950), ("sm90:132", SM90), (" SM90:132 ", SM90), ("gfx90a:104", DeviceKey("gfx90a", 104)),
+    ("sm100:148", DeviceKey("sm100", 148)), ("gfx1100:48", DeviceKey("gfx1100", 48)),
+])
+def test_device_key_parse_accepts_what_device_key_makes(text, key):
+    assert DeviceKey.parse(text) == key
+    assert DeviceKey.parse(str(key)) == key
+
+
+@pytest.mark.parametrize("text", [
+    "sm90", "sm90:x", ":132", "sm90:0", "gfx950:256:1", "", ":", "sm90:", "sm90:-1", "sm90:+132", "sm90:0132",
+    "sm90: 132", "cuda:0", "gfx:256", "sm:132", "gfx950 256", "sm90:1e3", "gfxzz:1",
+])
+def test_device_key_parse_rejects_malformed_keys(text):
+    with pytest.raises(ConfigError) as e:
+        DeviceKey.parse(text)
+    assert str(e.value).startswith(f"device key {text!r}: expected ARCH:COUNT") and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("key", ["sm90", "sm90:x", ":132", "sm90:0", "gfx950:256:1", ""])
+def test_explain_cli_with_a_malformed_device_key_prints_one_line_and_exits_2(key, capsys):
+    from sglang_fp32gemm.__main__ import main
+
+    assert main(["explain", "--device-key", key]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"error: --device-key: device key {key!r}: expected ARCH:COUNT such as gfx950:256 " \
+        "or sm90:132 (ARCH gfx<hex> or sm<digits>, COUNT the CU/SM count >= 1)\n"
+
+
+def test_explain_process_with_a_malformed_device_key_has_no_traceback():
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT, subprocess_env
+
+    p = subprocess.run([sys.executable, "-m", "sglang_fp32gemm", "explain", "--device-key", "sm90:x"],
+                       capture_output=True, text=True, timeout=120, env=subprocess_env(), cwd=str(REPO_ROOT))
+    assert (p.returncode, p.stdout) == (2, "")
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: --device-key: device key 'sm90:x'"), p.stderr
+
+
+def test_explain_function_rejects_a_malformed_device_key_before_any_work():
+    from sglang_fp32gemm.explain import explain
+
+    code, text = explain("sm90:x")
+    assert code == 2 and text.startswith("error: device key 'sm90:x'") and text.count("\n") == 1
+
+
+# -- kernel names -----------------------------------------------------------------------
+def _only(prefix: str):
+    def parse(name: str) -> str:
+        if not name.startswith(prefix):
+            raise ValueError(f"{name!r} does not start with {prefix!r}")
+        return name
+    return parse
+
+
+def test_validate_kernel_names_accepts_a_name_any_parser_of_its_libtype_takes():
+    rows = parse_csv(_GOOD, "g.csv")  # libtype flydsl, kernelName "k"
+    validate_kernel_names(rows, {"flydsl": [_only("x"), _only("k")]})
+    validate_kernel_names(rows, {"triton": [_only("x")]})  # no parsers for flydsl: torch serves it, no check
+    validate_kernel_names(rows, {"flydsl": []})
+    validate_kernel_names([], {"flydsl": [_only("x")]})
+
+
+def test_unparsable_kernel_name_is_an_error_naming_file_line_and_the_first_parsers_reason():
+    rows = parse_csv(_GOOD.replace(",k,", ",zz,", 2).replace(",zz,", ",k,", 1), "g.csv")
+    assert [r.kernelName for r in rows] == ["k", "zz"]
+    with pytest.raises(ConfigError) as e:
+        validate_kernel_names(rows, {"flydsl": [_only("k"), _only("q")]})
+    assert str(e.value) == "g.csv:3: kernelName 'zz' is not a flydsl kernel: 'zz' does not start with 'k'"
+
+
+def test_a_crashing_parser_rejects_the_name_with_one_line():
+    def crash(name):
+        raise TypeError("bad\nthings")
+
+    rows = parse_csv(_GOOD, "g.csv")
+    with pytest.raises(ConfigError, match=r"^g.csv:2: kernelName 'k' is not a flydsl kernel: TypeError: bad things$"):
+        validate_kernel_names(rows, {"flydsl": [crash]})
+
+
+def test_every_shipped_kernel_name_parses_for_a_backend_of_its_libtype():
+    from sglang_fp32gemm.backends import default_backends
+
+    try:
+        backends = default_backends()
+    except TypeError as e:  # a backend not yet on the parse()/bind() interface
+        pytest.skip(f"backends not constructible yet: {e}")
+    parsers = {lib: [b.parse for b in bs] for lib, bs in backends.items()}
+    assert set(parsers) >= {"triton", "flydsl"}
+    validate_kernel_names(TunedTables.load().rows(), parsers)
+
+
+# -- the deterministic table ----------------------------------------------------------------
+def test_deterministic_files_form_their_own_table(tmp_path):
+    fast = _write(tmp_path, "mine.csv", rows_csv([(1, 1024, K)], gfx="gfx950", cu_num=256, libtype="flydsl",
+                                                 kernel="fast_k"))
+    det = _write(tmp_path, "mine_deterministic.csv", rows_csv([(1, 1024, K), (4, 1024, K)], gfx="gfx950",
+                                                              cu_num=256, libtype="flydsl", kernel="det_k"))
+    det2 = _write(tmp_path, "later_deterministic.csv", rows_csv([(4, 1024, K)], gfx="gfx950", cu_num=256,
+                                                                libtype="flydsl", kernel="det_k2"))
+    t = TunedTables.load([fast, det, det2])
+    assert t.fast.files[-1] == fast and det not in t.fast.files and det2 not in t.fast.files
+    assert [f for f in t.deterministic.files if not f.startswith("configs/")] == [det, det2]
+    assert all(f.endswith("_deterministic.csv") for f in t.deterministic.files)
+    assert t.fast.lookup(GFX950, 1, 1024, K).kernelName == "fast_k"
+    assert t.deterministic.lookup(GFX950, 1, 1024, K).kernelName == "det_k"
+    assert t.deterministic.lookup(GFX950, 4, 1024, K).kernelName == "det_k2"  # later file wins
+    assert t.fast.lookup(GFX950, 4, 1024, K).kernelName != "det_k2"
+    assert t.for_mode(True) is t.deterministic and t.for_mode(False) is t.fast
+    assert {r.kernelName for r in t.rows()} >= {"fast_k", "det_k", "det_k2"}
+    assert TunedTable.load([fast, det, det2], deterministic=True).lookup(GFX950, 1, 1024, K).kernelName == "det_k"
+    assert TunedTable.load([fast, det, det2]).lookup(GFX950, 1, 1024, K).kernelName == "fast_k"
+
+
+def test_a_name_merely_containing_deterministic_is_a_fast_table(tmp_path):
+    p = _write(tmp_path, "deterministic_not.csv", rows_csv([(1, 1024, K)], gfx="gfx950", cu_num=256,
+                                                            libtype="flydsl", kernel="x"))
+    t = TunedTables.load([p])
+    assert p in t.fast.files and p not in t.deterministic.files
+
+
+def test_packaged_tables_split_by_name(packaged):
+    t = TunedTables.load()
+    assert t.fast.files == packaged.files
+    assert all(f.startswith("configs/") and f.endswith("_deterministic.csv") for f in t.deterministic.files)
 
 
 def test_header_may_reorder_and_extend_columns(tmp_path):

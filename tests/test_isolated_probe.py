@@ -1,0 +1,181 @@
+"""A kernel's first probe in a child process: faults, hangs and wrong results disable it; passes are cached.
+
+The fake backends (``fakes/probe_fakes.py``) run on the CPU; the child
+finds them through the resolver ``fakes.probe_fakes:by_name``. Each child
+that binds a kernel appends a line to a count file, so the tests can tell a
+cache hit (no child ran the kernel) from a fresh probe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+import torch
+
+from conftest import TESTS_DIR
+from fakes import probe_fakes
+from sglang_fp32gemm import settings as S
+from sglang_fp32gemm.backends import isolated_probe as P
+
+RESOLVER = "fakes.probe_fakes:by_name"
+SHAPE = (4, 32, 64)
+OK_TIMEOUT = 120.0   # a child that imports torch on a busy 2-core machine
+HANG_TIMEOUT = 4.0
+
+
+@pytest.fixture
+def probe_env(tmp_path, monkeypatch):
+    """Child can import the fakes; a fresh cache dir and count file; returns (cache dir, count file)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH")) if p))
+    cache = tmp_path / "cache"
+    count = tmp_path / "count.txt"
+    monkeypatch.setenv(S.PROBE_CACHE_VAR, str(cache))
+    monkeypatch.setenv(probe_fakes.COUNT_VAR, str(count))
+    monkeypatch.setenv(probe_fakes.TAG_VAR, "tag-1")
+    return cache, count
+
+
+def _probe(kernel: str, timeout: float = OK_TIMEOUT, **kw):
+    m, n, k = SHAPE
+    return P.probe_in_child("probefake", kernel, "cpu", m, n, k, timeout, resolver=RESOLVER, **kw)
+
+
+def _children(count) -> int:
+    return len(count.read_text().splitlines()) if count.exists() else 0
+
+
+def _cached(cache) -> list:
+    return sorted(p.name for p in cache.glob("*.json")) if cache.exists() else []
+
+
+def test_a_correct_kernel_passes_and_the_pass_is_cached(probe_env):
+    cache, count = probe_env
+    r = _probe("pass")
+    assert r.ok and r.rel_err <= 1e-5 and r.shape == SHAPE, r
+    assert _children(count) == 1 and len(_cached(cache)) == 1
+    again = _probe("pass")
+    assert again.ok and "cached" in again.detail, again
+    assert _children(count) == 1  # no second child
+
+
+def test_a_changed_source_tag_misses_the_cache(probe_env, monkeypatch):
+    cache, count = probe_env
+    assert _probe("pass").ok and _children(count) == 1
+    monkeypatch.setenv(probe_fakes.TAG_VAR, "tag-2")  # the kernel source changed
+    r = _probe("pass")
+    assert r.ok and "cached" not in r.detail
+    assert _children(count) == 2 and len(_cached(cache)) == 2
+
+
+@pytest.mark.parametrize("kernel, words", [
+    ("bf16", "above fp32 tolerance"),
+    ("exit139", "child process exited with code 139"),
+    ("abort", "child process killed by SIGABRT (signal 6)"),
+    ("raise", "raised RuntimeError: launch failed: invalid device function"),
+    ("wrong_shape", "returned (4, 31) torch.float32, expected (4, 32) torch.float32"),
+    ("half_written", "call 1"),
+])
+def test_a_faulty_kernel_fails_the_parent_survives_and_nothing_is_cached(probe_env, kernel, words):
+    cache, count = probe_env
+    r = _probe(kernel)
+    assert not r.ok and words in r.detail, r
+    assert r.shape == SHAPE
+    if kernel == "bf16":
+        assert 1e-4 < r.rel_err < 1e-2  # bf16-level, measured against float64
+    assert _children(count) == 1 and _cached(cache) == []
+    # The parent is alive and its torch still works; a second probe runs a child again.
+    assert torch.equal(torch.ones(2) + 1, torch.full((2,), 2.0))
+    if kernel == "exit139":  # a failure is never cached: the next start probes again
+        assert not _probe(kernel).ok and _children(count) == 2
+
+
+def test_a_hanging_kernel_is_killed_after_the_timeout(probe_env):
+    cache, count = probe_env
+    t0 = time.monotonic()
+    r = _probe("sleep", timeout=HANG_TIMEOUT)
+    elapsed = time.monotonic() - t0
+    assert not r.ok and r.detail.startswith(f"hung for {HANG_TIMEOUT:g}s"), r
+    assert elapsed < HANG_TIMEOUT + 10, elapsed
+    assert _cached(cache) == []
+
+
+def test_an_unknown_kernel_or_backend_fails_without_a_child(probe_env):
+    cache, count = probe_env
+    r = _probe("no_such_kernel")
+    assert not r.ok and "is not one of" in r.detail
+    m, n, k = SHAPE
+    r = P.probe_in_child("nobackend", "pass", "cpu", m, n, k, OK_TIMEOUT, resolver=RESOLVER)
+    assert not r.ok and "no backend named 'nobackend'" in r.detail
+    r = P.probe_in_child("probefake", "pass", "cpu", m, n, k, OK_TIMEOUT, resolver="no.such.module:by_name")
+    assert not r.ok and "ModuleNotFoundError" in r.detail
+    assert _children(count) == 0 and _cached(cache) == []
+
+
+def test_corrupt_or_foreign_cache_entries_are_ignored(probe_env):
+    cache, count = probe_env
+    assert _probe("pass").ok
+    (entry,) = cache.glob("*.json")
+    good = entry.read_bytes()
+    fields = json.loads(good)["key"]
+    assert P.read_cached(entry, fields).ok
+
+    def edited(**result) -> bytes:
+        d = json.loads(good)
+        d["result"].update(result)
+        return json.dumps(d).encode()
+
+    for data in (b"{not json", b"[1, 2]", json.dumps({"key": {"other": 1}, "result": {"ok": True}}).encode(),
+                 b"\xff\xfe\x00", b"", edited(ok=False), edited(ok="yes"), edited(rel_err=0.5),
+                 edited(rel_err=None), edited(shape=[4, 32])):
+        entry.write_bytes(data)
+        assert P.read_cached(entry, fields) is None, data
+    entry.unlink()
+    entry.mkdir()  # not even a file
+    assert P.read_cached(entry, fields) is None
+    entry.rmdir()
+    entry.write_bytes(b"{not json")
+    r = _probe("pass")  # end to end: the corrupt entry is ignored and replaced by a fresh pass
+    assert r.ok and "cached" not in r.detail and _children(count) == 2
+    assert P.read_cached(entry, fields).ok
+
+
+def test_an_unwritable_cache_dir_means_no_caching(probe_env, monkeypatch, tmp_path, caplog):
+    _, count = probe_env
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv(S.PROBE_CACHE_VAR, str(blocker / "sub"))  # cannot be created
+    monkeypatch.setattr(P, "_cache_write_warned", False)
+    with caplog.at_level("DEBUG", logger=P.__name__):
+        assert _probe("pass").ok and _probe("pass").ok
+    assert _children(count) == 2
+    assert sum("not cached" in rec.getMessage() for rec in caplog.records) == 1
+
+
+def test_cache_key_covers_kernel_shape_tag_and_versions():
+    dev = torch.device("cpu")
+    base = P.cache_key_fields("b", "kern", 1024, 7168, "t1", dev)
+    assert base["torch"] == torch.__version__ and base["device"]["type"] == "cpu"
+    assert {"package", "hip", "cuda", "driver"} <= set(base)
+    p0 = P.cache_path("/c", base)
+    for change in [("b2", "kern", 1024, 7168, "t1"), ("b", "kern2", 1024, 7168, "t1"),
+                   ("b", "kern", 2560, 7168, "t1"), ("b", "kern", 1024, 4096, "t1"), ("b", "kern", 1024, 7168, "t2")]:
+        assert P.cache_path("/c", P.cache_key_fields(*change, dev)) != p0, change
+    assert P.cache_path("/c", P.cache_key_fields("b", "kern", 1024, 7168, "t1", dev)) == p0
+
+
+def test_the_child_prints_one_verdict_line(probe_env):
+    import subprocess
+    import sys
+
+    m, n, k = SHAPE
+    out = subprocess.run([sys.executable, "-m", "sglang_fp32gemm.backends.isolated_probe", "--backend", "probefake",
+                          "--kernel", "bf16", "--device", "cpu", "--m", str(m), "--n", str(n), "--k", str(k),
+                          "--resolver", RESOLVER], capture_output=True, text=True, timeout=OK_TIMEOUT)
+    assert out.returncode == 0, out.stderr
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith(P.RESULT_MARKER)]
+    assert len(lines) == 1
+    d = json.loads(lines[0][len(P.RESULT_MARKER):])
+    assert d["ok"] is False and d["shape"] == [m, n, k] and 1e-4 < d["rel_err"] < 1e-2
