@@ -1,89 +1,270 @@
-"""The Triton kernel on a real NVIDIA GPU (skipped elsewhere).
+"""The fast NVIDIA backends on a real GPU, through ``bind()`` (skipped elsewhere).
 
-Reference in float64, fresh random inputs each check, outputs poisoned with
-NaN before the kernel runs so unwritten elements show.
+``triton-det`` (ticket kernel), ``triton`` (epoch kernel) and ``cutedsl``
+(SGLang's CuTe-DSL warp split-K) at the DSv4 shapes: K 7168 and 4096, N 512,
+1024, 2048 and 2560, M 1..32. Reference in float64, fresh random inputs each
+check, the caching allocator's block for ``out`` poisoned with NaN before
+each call so that unwritten elements show.
 """
+
+from __future__ import annotations
+
+import time
 
 import pytest
 import torch
 
+from sglang_fp32gemm.backends import triton_epoch as te
 from sglang_fp32gemm.backends import triton_splitk as ts
+from sglang_fp32gemm.backends.cutedsl_warp import CuteDSLWarpBackend
 
 cuda = pytest.mark.skipif(
     not torch.cuda.is_available() or getattr(torch.version, "hip", None) is not None,
     reason="needs an NVIDIA GPU",
 )
+pytestmark = cuda
+
+KS = (7168, 4096)
+NS = (512, 1024, 2048, 2560)
+MS = (1, 2, 5, 8, 16, 31, 32)
 K = 7168
-CFGS = {
-    512: ts.SplitKConfig(16, 32, 128, 7, 4, 4),
-    1024: ts.SplitKConfig(16, 64, 128, 8, 4, 4),
-    2048: ts.SplitKConfig(16, 64, 128, 4, 4, 4),
-    2560: ts.SplitKConfig(16, 64, 256, 4, 4, 3),
-}
+
+_BACKENDS: dict[str, object] = {}
+_BOUND: dict[tuple, object] = {}
 
 
-def _run(cfg, m, n, x=None, w=None):
-    dev = torch.device("cuda")
-    x = torch.randn(m, K, device=dev).bfloat16() if x is None else x
-    w = torch.randn(n, K, device=dev).bfloat16() if w is None else w
-    out = torch.full((m, n), float("nan"), device=dev)
-    ws = torch.full((max(1, cfg.workspace_floats(m, n)),), float("nan"), device=dev)
-    cnt = torch.zeros(max(1, cfg.counters(m, n)), dtype=torch.int32, device=dev)
-    ts.launch(x, w, cfg, out, ws, cnt)
-    return x, w, out, cnt
+def backend(which: str):
+    if which not in _BACKENDS:
+        _BACKENDS[which] = {"triton-det": ts.TritonSplitKBackend, "triton": te.TritonEpochBackend,
+                            "cutedsl": CuteDSLWarpBackend}[which]()
+    be = _BACKENDS[which]
+    ok, why = be.available()
+    if not ok:
+        pytest.skip(f"{which}: {why}")
+    return be
 
 
-@cuda
-@pytest.mark.parametrize("n", sorted(CFGS))
-@pytest.mark.parametrize("m", [1, 3, 8, 16, 17, 32])
-def test_kernel_is_fp32_exact_on_dsv4_shapes(m, n):
-    cfg = CFGS[n] if m <= 16 else ts.SplitKConfig(32, *dataclass_tail(CFGS[n]))
-    x, w, out, cnt = _run(cfg, m, n)
-    ref = ts.reference(x, w)
+def config_for(be, m: int, n: int, k: int):
+    """The first tuner candidate for this shape's M bucket (its default for cutedsl)."""
+    cands = be.candidates(m, n, k)
+    assert cands, (be.name, m, n, k)
+    return cands[0]
+
+
+def bound(which: str, m: int, n: int, k: int):
+    be = backend(which)
+    cfg = config_for(be, m, n, k)
+    key = (which, cfg, n, k)
+    if key not in _BOUND:
+        _BOUND[key] = be.bind(cfg, torch.device("cuda"), n, k)
+    return be, cfg, _BOUND[key]
+
+
+def rnd(*shape):
+    return torch.randn(*shape, device="cuda").bfloat16()
+
+
+def poisoned_call(fn, x, w):
+    """Call ``fn`` right after freeing a NaN-filled block of the size ``out`` will take."""
+    m, n = x.shape[0], w.shape[0]
+    p = torch.full((m, n), float("nan"), device="cuda")
+    del p
+    return fn(x, w)
+
+
+def check_exact(out, x, w):
+    ref = x.double() @ w.double().t()
+    assert out.dtype == torch.float32 and tuple(out.shape) == tuple(ref.shape)
     assert torch.isfinite(out).all(), "unwritten or non-finite output"
     rel = ((out.double() - ref).norm() / ref.norm()).item()
     assert rel <= 1e-5, rel
     torch.testing.assert_close(out.double(), ref, atol=1e-2, rtol=1e-4)
-    assert (cnt == 0).all(), "tile counters must be left at zero"
 
 
-def dataclass_tail(cfg):
-    return cfg.bn, cfg.bk, cfg.split_k, cfg.num_warps, cfg.num_stages
+@pytest.mark.parametrize("which", ["triton-det", "triton", "cutedsl"])
+@pytest.mark.parametrize("k", KS)
+@pytest.mark.parametrize("n", NS)
+def test_bound_kernels_are_fp32_exact_on_dsv4_shapes(which, n, k):
+    for m in MS:
+        _, cfg, fn = bound(which, m, n, k)
+        for layout in ("contiguous", "row stride K+64", "row stride K+8"):
+            if layout == "contiguous":
+                x = rnd(m, k)
+            else:
+                pad = 64 if "64" in layout else 8
+                x = rnd(m, k + pad)[:, :k]
+            w = rnd(n, k)
+            out = poisoned_call(fn, x, w)
+            torch.cuda.synchronize()
+            check_exact(out, x, w)
 
 
-@cuda
-def test_kernel_is_bitwise_repeatable_whatever_finishes_last():
-    cfg = ts.SplitKConfig(16, 32, 128, 14, 4, 4)
-    x, w, first, _ = _run(cfg, 8, 1024)
-    for _ in range(30):
-        _, _, again, _ = _run(cfg, 8, 1024, x=x, w=w)
-        assert torch.equal(first, again)
+@pytest.mark.parametrize("which", ["triton-det", "triton"])
+def test_triton_bound_kernels_take_the_fast_launch(which):
+    _, cfg, fn = bound(which, 8, 1024, K)
+    assert fn.launcher.fast, fn.launcher.reason
 
 
-@cuda
-def test_backend_under_cuda_graph_replay_equals_eager():
-    be = ts.TritonSplitKBackend()
-    from sglang_fp32gemm.table import TunedRow
+@pytest.mark.parametrize("which", ["triton-det", "cutedsl"])
+@pytest.mark.parametrize("n", NS)
+def test_deterministic_backends_repeat_bitwise(which, n):
+    be = backend(which)
+    for m in (1, 8, 32):
+        _, cfg, fn = bound(which, m, n, K)
+        assert be.deterministic(cfg)
+        x, w = rnd(m, K), rnd(n, K)
+        first = fn(x, w)
+        for _ in range(20):
+            assert torch.equal(first, poisoned_call(fn, x, w))
 
-    row = TunedRow("sm90", 132, 8, 1024, K, False, "torch.bfloat16", "torch.float32",
-                   False, False, "triton", 0, 8, 0.0, CFGS[1024].name, 0, 0, 0)
-    xs = [torch.randn(8, K, device="cuda").bfloat16() for _ in range(4)]
-    ws = [torch.randn(1024, K, device="cuda").bfloat16() for _ in range(4)]
+
+def test_epoch_kernel_50_calls_in_a_row_on_one_stream():
+    be = backend("triton")
+    cfg = te.EpochConfig(16, 64, 128, 14, 4, 4)
+    fn = be.bind(cfg, torch.device("cuda"), 1024, K)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    outs = []
+    with torch.cuda.stream(s):
+        xs = [rnd(8, K) for _ in range(5)]
+        ws = [rnd(1024, K) for _ in range(5)]
+        for i in range(50):
+            outs.append(fn(xs[i % 5], ws[i % 5]))
+    torch.cuda.synchronize()
+    for i, o in enumerate(outs):
+        check_exact(o, xs[i % 5], ws[i % 5])
+    sync = fn.sync_buffers[s.cuda_stream]
+    tiles = cfg.tiles(8, 1024)
+    assert (sync.flags[:tiles] == 50).all(), sync.flags[:tiles]
+    assert (sync.counters[:tiles * cfg.split_k] == 50).all()
+    assert (sync.flags[tiles:] == 0).all() and (sync.counters[tiles * cfg.split_k:] == 0).all()
+
+
+def test_epoch_kernel_under_cuda_graph_replay_20_times():
+    be = backend("triton")
+    cfg = te.EpochConfig(16, 64, 64, 16, 4, 4)
+    fn = be.bind(cfg, torch.device("cuda"), 1024, K)
+    xs = [rnd(5, K) for _ in range(4)]
+    ws = [rnd(1024, K) for _ in range(4)]
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        be.run(xs[0], ws[0], row)  # allocate this stream's workspace eagerly
+        fn(xs[0], ws[0])  # allocate this stream's flags eagerly
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g, stream=s):
-        outs = [be.run(xs[i], ws[i], row) for i in range(4)]
+        outs = [fn(xs[i], ws[i]) for i in range(4)]
+    for _ in range(20):
+        for t in outs:
+            t.fill_(float("nan"))
+        for x in xs:
+            x.copy_(torch.randn_like(x, dtype=torch.float32).bfloat16())
+        g.replay()
+        torch.cuda.synchronize()
+        for i in range(4):
+            check_exact(outs[i], xs[i], ws[i])
+    sync = fn.sync_buffers[s.cuda_stream]
+    # 1 eager call + 4 captured calls (capture does not run them) x 20 replays
+    assert (sync.flags[:cfg.tiles(5, 1024)] == 1 + 4 * 20).all(), sync.flags
+
+
+@pytest.mark.parametrize("which", ["triton-det", "triton"])
+def test_two_streams_get_their_own_buffers(which):
+    _, cfg, fn = bound(which, 8, 2048, K)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    xs = [rnd(8, K) for _ in range(2)]
+    ws = [rnd(2048, K) for _ in range(2)]
+    outs: list = [[], []]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    for _ in range(10):
+        for j, s in enumerate(streams):
+            with torch.cuda.stream(s):
+                outs[j].append(fn(xs[j], ws[j]))
+    torch.cuda.synchronize()
+    for j in range(2):
+        for o in outs[j]:
+            check_exact(o, xs[j], ws[j])
+
+
+@pytest.mark.parametrize("which", ["triton-det", "triton", "cutedsl"])
+def test_first_call_on_a_new_stream_during_capture_raises(which):
+    # A fresh backend: torch's stream pool hands out raw streams again, and
+    # triton-det shares workspaces per raw stream across its bound kernels.
+    be = type(backend(which))()
+    cfg = config_for(be, 4, 512, K)
+    fn = be.bind(cfg, torch.device("cuda"), 512, K)
+    x, w = rnd(4, K), rnd(512, K)
+    s = torch.cuda.Stream()
+    g = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError):
+        with torch.cuda.graph(g, stream=s):
+            fn(x, w)
+
+
+@pytest.mark.parametrize("which", ["triton-det", "triton", "cutedsl"])
+def test_bound_kernels_under_cuda_graph_replay_equal_the_product(which):
+    n = 1024
+    _, cfg, fn = bound(which, 8, n, K)
+    xs = [rnd(8, K) for _ in range(4)]
+    ws = [rnd(n, K) for _ in range(4)]
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn(xs[0], ws[0])
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        outs = [fn(xs[i], ws[i]) for i in range(4)]
     for _ in range(3):
         for t in outs:
             t.fill_(float("nan"))
         g.replay()
         torch.cuda.synchronize()
         for i in range(4):
-            torch.testing.assert_close(outs[i].double(), ts.reference(xs[i], ws[i]), atol=1e-2, rtol=1e-4)
+            check_exact(outs[i], xs[i], ws[i])
+
+
+@pytest.mark.parametrize("which", ["triton-det", "triton"])
+def test_fast_launch_costs_less_host_time_than_the_ordinary_one(which):
+    """Host time per eager call (printed with -s); the fast path must beat kernel[grid](...)."""
+    _, cfg, fn = bound(which, 4, 1024, K)
+    x, w = rnd(4, K), rnd(1024, K)
+    xs = rnd(4, K + 8)[:, :K]  # row stride not a multiple of 16: the ordinary launch
+
+    def host_us(f, a):
+        for _ in range(20):
+            f(a, w)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(200):
+            f(a, w)
+        dt = (time.perf_counter() - t) / 200 * 1e6
+        torch.cuda.synchronize()
+        return dt
+
+    mm = host_us(lambda a, b: torch.mm(a, b.t(), out_dtype=torch.float32), x)
+    fast, slow = host_us(fn, x), host_us(fn, xs)
+    print(f"\n{which}: host us per call: torch.mm {mm:.1f}, fast {fast:.1f}, ordinary {slow:.1f}")
+    assert fast < slow
+
+
+def test_raw_launch_helpers_still_work():
+    """``launch`` and ``reference`` (tests, tuner): explicit buffers, ordinary launches."""
+    cfg = ts.SplitKConfig(16, 32, 128, 7, 4, 4)
+    x, w = rnd(3, K), rnd(512, K)
+    out = torch.full((3, 512), float("nan"), device="cuda")
+    ws = torch.full((cfg.workspace_floats(3, 512),), float("nan"), device="cuda")
+    cnt = torch.zeros(cfg.counters(3, 512), dtype=torch.int32, device="cuda")
+    ts.launch(x, w, cfg, out, ws, cnt)
+    torch.testing.assert_close(out.double(), ts.reference(x, w), atol=1e-2, rtol=1e-4)
+    assert (cnt == 0).all()
+    ecfg = te.EpochConfig(16, 64, 128, 14, 4, 4)
+    flags, counters = te.new_sync_buffers(ecfg, 1024, torch.device("cuda"))
+    x, w = rnd(3, K), rnd(1024, K)
+    out = torch.full((3, 1024), float("nan"), device="cuda")
+    te.launch(x, w, ecfg, out, flags, counters)
+    torch.testing.assert_close(out.double(), te.reference(x, w), atol=1e-2, rtol=1e-4)
 
 
 @cuda

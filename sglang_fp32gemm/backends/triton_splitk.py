@@ -1,4 +1,4 @@
-"""NVIDIA (and portable) backend: a one-launch split-K GEMM with fp32 output.
+"""NVIDIA (and portable) backend ``triton-det``: a deterministic one-launch split-K GEMM, fp32 out.
 
 Why this shape of kernel: at M <= 32 the call is bound by reading W, so the
 work is cut along N *and* K to put every SM to streaming. The K-split
@@ -11,29 +11,43 @@ resets the counter. No output zero-fill (a second graph node costs
 The reduction sums the partials in split order, so the result does not
 depend on which program finished last: the kernel is deterministic in every
 mode and uses no floating-point atomics (the only atomics are the integer
-tile counters).
+tile counters). ``triton_epoch`` is the faster non-deterministic sibling.
 
-The workspace and counters are per (device, stream): two streams running the
-same kernel concurrently must not share counters.
+``TritonSplitKBackend.bind`` compiles the kernel once per (config, device,
+N, K) and returns a closure that launches the compiled kernel through
+``triton_launch.BoundKernel`` (Triton's C launcher, no argument binding or
+cache lookup per call), with the ordinary ``kernel[grid](...)`` launch as the
+fallback when that internal API differs or a call does not match the
+compiled specialization (unaligned pointers, x row stride not a multiple
+of 16).
+
+The workspace and counters are per (device, stream): two streams running
+the same kernel concurrently must not share counters. Kernels of this
+backend on one stream run one after the other, so they share that stream's
+workspace; it is allocated on the first call on a stream and grown (never
+freed: CUDA graphs captured earlier keep using the old one) outside graph
+capture. A call during capture that would need a new or larger workspace
+raises ``RuntimeError`` and the router falls back.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import inspect
 import logging
 import re
 import threading
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 
-from sglang_fp32gemm.backends.base import OK, Backend, Verdict
-
-if TYPE_CHECKING:  # pragma: no cover
-    from sglang_fp32gemm.table import TunedRow
+from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, Verdict
+from sglang_fp32gemm.backends.triton_launch import BoundKernel, current_device_getter, raw_stream_getter
 
 logger = logging.getLogger(__name__)
 
+_FORM = "triton_splitk_fp32_bm<BM>_bn<BN>_bk<BK>_sk<SPLITK>_w<WARPS>_s<STAGES>"
 _NAME_RE = re.compile(
     r"^triton_splitk_fp32_bm(?P<bm>\d+)_bn(?P<bn>\d+)_bk(?P<bk>\d+)"
     r"_sk(?P<sk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)$"
@@ -70,10 +84,7 @@ class SplitKConfig:
     def parse(cls, name: str) -> "SplitKConfig":
         m = _NAME_RE.match(name)
         if m is None:
-            raise ValueError(
-                f"kernelName {name!r} is not of the form "
-                "triton_splitk_fp32_bm<BM>_bn<BN>_bk<BK>_sk<SPLITK>_w<WARPS>_s<STAGES>"
-            )
+            raise ValueError(f"kernelName {name!r} is not of the form {_FORM}")
         g = {k: int(v) for k, v in m.groupdict().items()}
         return cls(g["bm"], g["bn"], g["bk"], g["sk"], g["w"], g["s"])
 
@@ -178,14 +189,6 @@ def _get_kernel():
     return _kernel
 
 
-class _Workspace:
-    __slots__ = ("partials", "counters")
-
-    def __init__(self, partials: torch.Tensor, counters: torch.Tensor):
-        self.partials = partials
-        self.counters = counters
-
-
 def launch(
     x: torch.Tensor,
     w: torch.Tensor,
@@ -194,16 +197,14 @@ def launch(
     partials: torch.Tensor,
     counters: torch.Tensor,
 ) -> torch.Tensor:
-    """Run the kernel into ``out`` with explicit buffers (tests, tuner)."""
+    """Run the kernel into ``out`` with explicit buffers and the ordinary launch (tests, tuner)."""
     m, k = x.shape
     n = w.shape[0]
     _get_kernel()[cfg.grid(m, n)](
         x, w, out, partials, counters,
         m, n, k,
         x.stride(0), w.stride(0), out.stride(0),
-        BM=cfg.bm, BN=cfg.bn, BK=cfg.bk,
-        SPLIT_K=cfg.split_k, K_ITERS=k // (cfg.bk * cfg.split_k),
-        UPCAST=not x.is_cuda,
+        **_constexprs(cfg, k, upcast=not x.is_cuda),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out
@@ -214,21 +215,81 @@ def reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return x.double() @ w.double().t()
 
 
+def _constexprs(cfg: SplitKConfig, k: int, upcast: bool) -> dict[str, Any]:
+    return dict(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, SPLIT_K=cfg.split_k,
+                K_ITERS=k // (cfg.bk * cfg.split_k), UPCAST=upcast)
+
+
+def kernel_source_tag() -> str:
+    """Hash of the kernel's source and the installed Triton version (import-free)."""
+    try:
+        from importlib.metadata import version
+
+        tv = version("triton")
+    except Exception:  # not installed
+        tv = "none"
+    src = inspect.getsource(_get_kernel)
+    return f"{hashlib.sha256(src.encode()).hexdigest()[:12]}-triton{tv}"
+
+
+def sm_count() -> int:
+    """SMs of the current CUDA device; 132 (an H100/H200) without one."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    return 132
+
+
+def split_candidates(iters: int, tiles: int, sms: int, lo: float, hi: float, keep: int,
+                     target: float, min_iters: int) -> list[int]:
+    """Split counts for a K loop of ``iters`` steps over ``tiles`` output tiles.
+
+    Only splits dividing ``iters`` with at least ``min_iters`` steps each and
+    ``lo * sms <= tiles * split <= hi * sms`` programs; the ``keep`` whose
+    program count is nearest (in ratio) to ``target * sms``, in increasing
+    order. Counts need not be powers of two (K=7168 = 7 * 1024).
+    """
+    import math
+
+    ok = [s for s in range(1, iters + 1)
+          if iters % s == 0 and iters // s >= min_iters and lo * sms <= tiles * s <= hi * sms]
+    ok.sort(key=lambda s: abs(math.log(tiles * s / (target * sms))))
+    return sorted(ok[:keep])
+
+
+class _Workspace:
+    __slots__ = ("partials", "counters", "p_ptr", "c_ptr", "floats", "ncnt")
+
+    def __init__(self, partials: torch.Tensor, counters: torch.Tensor):
+        self.partials = partials
+        self.counters = counters
+        self.p_ptr = partials.data_ptr()
+        self.c_ptr = counters.data_ptr()
+        self.floats = partials.numel()
+        self.ncnt = counters.numel()
+
+
+def _pow2_at_least(v: int) -> int:
+    return 1 << max(0, (v - 1).bit_length())
+
+
 class TritonSplitKBackend(Backend):
-    name = "triton"
+    """The deterministic ticket kernel; serves ``triton_splitk_fp32_*`` rows of ``libtype`` triton."""
+
+    name = "triton-det"
     libtype = "triton"
 
-    # Deterministic in every mode (see the module docstring), so SGLang's
-    # --enable-deterministic-inference needs nothing different here.
-    deterministic = True
+    #: Floor of a new workspace, in floats (4 MiB) and counters: few grow events.
+    MIN_WS_FLOATS = 1 << 20
+    MIN_COUNTERS = 4096
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._ws: dict[tuple[int, int], _Workspace] = {}
-        self._cfgs: dict[str, SplitKConfig] = {}
-        self._max_floats: dict[int, int] = {}
-        self._max_counters: dict[int, int] = {}
+        # device index (None on CPU) -> raw stream -> workspace; shared by every bound kernel.
+        self._ws: dict[Any, dict[int, _Workspace]] = {}
+        # Workspaces replaced by larger ones: graphs captured earlier still use them.
+        self._retired: list[_Workspace] = []
 
+    # -- the interface ---------------------------------------------------------------------------
     def available(self) -> Verdict:
         if not torch.cuda.is_available():
             return False, "no CUDA device"
@@ -240,76 +301,138 @@ class TritonSplitKBackend(Backend):
             return False, f"triton does not import ({type(e).__name__}: {e})"
         return OK
 
-    def config(self, row: "TunedRow") -> SplitKConfig:
-        cfg = self._cfgs.get(row.kernelName)
-        if cfg is None:
-            cfg = SplitKConfig.parse(row.kernelName)
-            self._cfgs[row.kernelName] = cfg
-        return cfg
+    def parse(self, kernel_name: str) -> SplitKConfig:
+        return SplitKConfig.parse(kernel_name)
 
-    def supports(self, x: torch.Tensor, w: torch.Tensor, row: "TunedRow") -> Verdict:
-        if x.dim() != 2 or w.dim() != 2:
-            return False, "not 2-D"
-        if x.dtype != torch.bfloat16 or w.dtype != torch.bfloat16:
-            return False, f"dtypes {x.dtype}, {w.dtype} (needs bfloat16, bfloat16)"
-        if not (x.is_cuda and w.is_cuda) or x.device != w.device:
-            return False, "tensors not on one CUDA device"
-        if x.stride(1) != 1 or w.stride(1) != 1 or not w.is_contiguous():
-            return False, "needs row-major x and contiguous w"
-        if row.outdtype != "torch.float32":
-            return False, f"row outdtype {row.outdtype}"
-        try:
-            cfg = self.config(row)
-        except ValueError as e:
-            return False, str(e)
-        return cfg.check_shape(x.shape[0], w.shape[0], x.shape[1])
+    def deterministic(self, cfg: SplitKConfig) -> bool:
+        # Partials summed in split order whoever arrives last: bitwise repeatable.
+        return True
 
-    def prepare(self, device: torch.device, rows: "list[TunedRow]") -> None:
-        """Size the workspace for every row of this device: no growth later."""
-        idx = device.index if device.index is not None else torch.cuda.current_device()
-        floats, cnts = 1, 1
-        for r in rows:
-            try:
-                cfg = self.config(r)
-            except ValueError:
+    def supports(self, cfg: SplitKConfig, m: int, n: int, k: int) -> Verdict:
+        if m < 1:
+            return False, f"M={m}"
+        return cfg.check_shape(m, n, k)
+
+    def kernel_name(self, cfg: SplitKConfig) -> str:
+        return cfg.name
+
+    def source_tag(self, cfg: SplitKConfig) -> str:
+        return kernel_source_tag()
+
+    def candidates(self, m: int, n: int, k: int) -> list[SplitKConfig]:
+        """The tuner's search space for one shape: about 10-30 configs.
+
+        Trimmed to what won or came close on the H200 (configs/sm90.csv):
+        4 warps; BM the token bucket (16, 32, else 64); BN 32/64 (16/32 at
+        N <= 512 and M <= 32); BK 64/128/256 (128/256 past M=32); per (BN, BK) the three split counts whose
+        grid is nearest 2.5 waves within 0.8-5 waves, at least 2 K steps each.
+        """
+        sms = sm_count()
+        big = m > 32
+        bm = 16 if m <= 16 else 32 if m <= 32 else 64
+        m_tiles = (m + bm - 1) // bm
+        bns = (32, 64) if big or n > 512 else (16, 32)
+        bks = (128, 256) if big else (64, 128, 256)
+        stages_by_bk = {64: (4,), 128: (4, 5), 256: (4,)}
+        out: list[SplitKConfig] = []
+        for bn in bns:
+            if n % bn:
                 continue
-            floats = max(floats, cfg.workspace_floats(r.M, r.N))
-            cnts = max(cnts, cfg.counters(r.M, r.N))
-        with self._lock:
-            self._max_floats[idx] = max(self._max_floats.get(idx, 1), floats)
-            self._max_counters[idx] = max(self._max_counters.get(idx, 1), cnts)
+            for bk in bks:
+                if k % bk:
+                    continue
+                tiles = (n // bn) * m_tiles
+                for sk in split_candidates(k // bk, tiles, sms, 0.8, 5.0, 3, 2.5, 2):
+                    for st in stages_by_bk[bk]:
+                        if (bm + bn) * bk * 2 * st > 200 * 1024:
+                            continue  # over the 227 KB of shared memory
+                        out.append(SplitKConfig(bm, bn, bk, sk, 4, st))
+        return out
 
-    def _workspace(self, device: torch.device, need_floats: int, need_counters: int) -> _Workspace:
+    def bind(self, cfg: SplitKConfig, device: torch.device, n: int, k: int) -> KernelFn:
+        ok, why = cfg.check_shape(1, n, k)
+        if not ok:
+            raise ValueError(why)
+        device = torch.device(device)
+        on_cuda = device.type == "cuda"
+        if on_cuda and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         idx = device.index
-        stream = torch.cuda.current_stream(device).cuda_stream
-        key = (idx, stream)
-        ws = self._ws.get(key)
-        if ws is not None and ws.partials.numel() >= need_floats and ws.counters.numel() >= need_counters:
+        bm, bn, sk = cfg.bm, cfg.bn, cfg.split_k
+        n_tiles = n // bn
+        kern = BoundKernel(
+            _get_kernel(), device,
+            # x, w, out, partials, counters, M, N, K, stride_xm, stride_wn, stride_om
+            (torch.bfloat16, torch.bfloat16, torch.float32, torch.float32, torch.int32, 1, n, k, k, k, n),
+            _constexprs(cfg, k, upcast=not on_cuda), cfg.num_warps, cfg.num_stages, try_fast=on_cuda,
+        )
+        with self._lock:
+            per_stream = self._ws.setdefault(idx, {})
+        workspace = self._workspace
+        fast, launch, slow = kern.fast, kern.launch, kern.slow
+        get_stream = raw_stream_getter() if on_cuda else (lambda i: 0)
+        get_device = current_device_getter() if on_cuda else (lambda: idx)
+        f32 = torch.float32
+
+        def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            m = x.shape[0]
+            out = torch.empty((m, n), dtype=f32, device=device)
+            gz = (m + bm - 1) // bm
+            need = sk * gz * bm * n if sk > 1 else 1
+            ncnt = n_tiles * gz
+            if fast and get_device() == idx:
+                sxm = x.stride(0) if m > 1 else k
+                xp = x.data_ptr()
+                wp = w.data_ptr()
+                # Inside the compiled specialization: 16-byte aligned pointers,
+                # x row stride divisible by 16 (out and the workspace always are).
+                if not ((xp | wp | sxm) & 15):
+                    stream = get_stream(idx)
+                    ws = per_stream.get(stream)
+                    if ws is None or ws.floats < need or ws.ncnt < ncnt:
+                        ws = workspace(device, per_stream, stream, need, ncnt)
+                    launch(n_tiles, sk, gz, stream, xp, wp, out.data_ptr(), ws.p_ptr, ws.c_ptr,
+                           m, n, k, sxm, k, n)
+                    return out
+            if on_cuda:
+                with torch.cuda.device(device):
+                    stream = get_stream(idx)
+                    ws = workspace(device, per_stream, stream, need, ncnt)
+                    slow((n_tiles, sk, gz), x, w, out, ws.partials, ws.counters,
+                         m, n, k, x.stride(0), w.stride(0), out.stride(0))
+            else:
+                ws = workspace(device, per_stream, 0, need, ncnt)
+                slow((n_tiles, sk, gz), x, w, out, ws.partials, ws.counters,
+                     m, n, k, x.stride(0), w.stride(0), out.stride(0))
+            return out
+
+        fn.launcher = kern  # type: ignore[attr-defined]  (tests and explain read .fast/.reason)
+        return fn
+
+    # -- workspaces ------------------------------------------------------------------------------
+    def _workspace(self, device: torch.device, per_stream: dict[int, _Workspace], stream: int,
+                   need_floats: int, need_counters: int) -> _Workspace:
+        ws = per_stream.get(stream)
+        if ws is not None and ws.floats >= need_floats and ws.ncnt >= need_counters:
             return ws
-        if torch.cuda.is_current_stream_capturing():
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             # Allocating (and zeroing counters) inside a capture would tie the
             # buffers to the graph's pool; the router falls back instead.
             raise RuntimeError(
-                "triton workspace for this stream was not allocated before CUDA-graph "
-                "capture; run the routed call once eagerly on this stream first"
+                "triton-det workspace for this stream is missing or too small during CUDA-graph "
+                "capture; run the routed call once eagerly on this stream (at this M) first"
             )
         with self._lock:
-            ws = self._ws.get(key)
-            floats = max(need_floats, self._max_floats.get(idx, 1))
-            cnts = max(need_counters, self._max_counters.get(idx, 1))
-            if ws is None or ws.partials.numel() < floats or ws.counters.numel() < cnts:
-                ws = _Workspace(
-                    torch.empty(floats, dtype=torch.float32, device=device),
-                    torch.zeros(cnts, dtype=torch.int32, device=device),
-                )
-                self._ws[key] = ws
-            return ws
-
-    def run(self, x: torch.Tensor, w: torch.Tensor, row: "TunedRow") -> torch.Tensor:
-        cfg = self.config(row)
-        m, n = x.shape[0], w.shape[0]
-        out = torch.empty((m, n), dtype=torch.float32, device=x.device)
-        if m == 0:
-            return out
-        ws = self._workspace(x.device, cfg.workspace_floats(m, n), cfg.counters(m, n))
-        return launch(x, w, cfg, out, ws.partials, ws.counters)
+            ws = per_stream.get(stream)
+            if ws is not None and ws.floats >= need_floats and ws.ncnt >= need_counters:
+                return ws
+            floats = _pow2_at_least(max(need_floats, self.MIN_WS_FLOATS, ws.floats if ws else 0))
+            cnts = _pow2_at_least(max(need_counters, self.MIN_COUNTERS, ws.ncnt if ws else 0))
+            new = _Workspace(
+                torch.empty(floats, dtype=torch.float32, device=device),
+                torch.zeros(cnts, dtype=torch.int32, device=device),
+            )
+            if ws is not None:
+                self._retired.append(ws)
+            per_stream[stream] = new
+            return new

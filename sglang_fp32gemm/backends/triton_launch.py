@@ -1,0 +1,195 @@
+"""Compile a Triton kernel once and launch it with as little host work as possible.
+
+Shared by the two Triton backends (``triton_splitk``, ``triton_epoch``).
+
+Why: the ordinary ``kernel[grid](...)`` launch costs about 21 us of host time
+on the H200 machine's CPU (binding the arguments, computing the
+specialization key, a cache lookup, then the launch), as much as the whole
+``torch.mm`` call. For a bound kernel all of that except the launch itself is
+known in advance.
+
+How (``BoundKernel``):
+
+* At bind time, outside graph capture, ``jit_fn.warmup(...)`` compiles one
+  specialization: pointers 16-byte aligned and the integer arguments given as
+  a *specimen* (their divisibility by 16 is part of the specialization). The
+  returned ``CompiledKernel`` is loaded onto the device right away
+  (``CompiledKernel.run`` loads the module on first access).
+* Each launch then calls ``CompiledKernel.run(gx, gy, gz, stream, function,
+  packed_metadata, None, None, None, *args)``, which is what
+  ``CompiledKernel.__getitem__``'s runner and ``JITFunction.run`` call in
+  Triton 3.2 to 3.8 (read in 3.6 and 3.8): the C launcher, with pointers
+  given as plain ints. ``launch_metadata`` and the profiler's launch hooks
+  are passed as ``None``: the fast path does not call
+  ``knobs.runtime.launch_enter_hook``/``launch_exit_hook``.
+* The caller must only take the fast path for calls that match the compiled
+  specialization (aligned pointers, the same divisibility of the integer
+  arguments); both backends check the two things that vary per call (the
+  x and w pointers and x's row stride) and otherwise use ``slow``.
+
+Fallback: if anything about that internal API differs (no ``warmup``, no
+``CompiledKernel`` back, the runner no longer passes ``packed_metadata`` and
+the two launch hooks, an exception while loading), ``fast`` is False,
+``reason`` says why, and the caller uses ``slow``: the ordinary
+``kernel[grid](...)`` launch. The choice is made once, here, at bind time.
+Under ``TRITON_INTERPRET=1`` (CPU tests) and for CPU devices there is no
+compiled kernel and only ``slow`` is used.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import types
+from typing import Any, Callable, Sequence
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+#: Names the runner inside ``CompiledKernel.__getitem__`` must use for the
+#: launch convention the fast path copies (checked on the installed Triton).
+_RUNNER_NAMES = frozenset({"run", "function", "packed_metadata", "launch_enter_hook", "launch_exit_hook"})
+
+
+def raw_stream_getter() -> Callable[[int], int]:
+    """``index -> current raw cudaStream_t`` of that device, the cheapest way torch offers."""
+    f = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if f is not None:
+        return f
+    return lambda index: torch.cuda.current_stream(index).cuda_stream
+
+
+def current_device_getter() -> Callable[[], int]:
+    """``() -> current CUDA device index``, the cheapest way torch offers."""
+    f = getattr(torch._C, "_cuda_getDevice", None)
+    return f if f is not None else torch.cuda.current_device
+
+
+def launch_convention_ok(compiled_kernel_cls: type) -> tuple[bool, str]:
+    """Whether ``compiled_kernel_cls.__getitem__`` launches the way the fast path does.
+
+    Its nested runner calls ``self.run(gx, gy, gz, stream, self.function,
+    self.packed_metadata, launch_metadata, <enter hook>, <exit hook>, *args)``;
+    the names it uses are checked, not its source text.
+    """
+    getitem = getattr(compiled_kernel_cls, "__getitem__", None)
+    code = getattr(getitem, "__code__", None)
+    if code is None:
+        return False, "CompiledKernel.__getitem__ is not a Python function"
+    names: set[str] = set()
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names.update(c.co_names)
+    missing = sorted(_RUNNER_NAMES - names)
+    if missing:
+        return False, f"CompiledKernel's runner does not use {missing}: launch convention changed"
+    return True, "ok"
+
+
+def interpreting() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    try:
+        from triton import knobs
+
+        return bool(knobs.runtime.interpret)
+    except (ImportError, AttributeError):
+        return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+def triton_version() -> tuple[int, int]:
+    import triton
+
+    parts = triton.__version__.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (ValueError, IndexError):
+        return (0, 0)
+
+
+class BoundKernel:
+    """One specialization of a ``@triton.jit`` kernel for one device.
+
+    The kernel's parameters must be its run-time arguments first, then its
+    ``tl.constexpr`` ones (both kernels here are written so); ``constexprs``
+    gives every constexpr by name and is appended in parameter order.
+
+    ``launch(gx, gy, gz, stream, *args)``: the fast path (only when ``fast``);
+    ``args`` are the run-time arguments, pointers as ints or tensors.
+    ``slow(grid, *args)``: the ordinary launch; pointers must be tensors.
+    """
+
+    def __init__(
+        self,
+        jit_fn: Any,
+        device: torch.device,
+        specimen: Sequence[Any],
+        constexprs: dict[str, Any],
+        num_warps: int,
+        num_stages: int,
+        try_fast: bool = True,
+    ) -> None:
+        self.jit_fn = jit_fn
+        self.device = device
+        self.constexprs = dict(constexprs)
+        self.options = {"num_warps": num_warps, "num_stages": num_stages}
+        names = list(getattr(jit_fn, "arg_names", []))
+        n_rt = len(names) - len(constexprs)
+        if names and (n_rt != len(specimen) or set(names[n_rt:]) != set(constexprs)):
+            raise ValueError(
+                f"{names}: kernel parameters must be the {len(specimen)} run-time "
+                f"arguments, then the constexprs {sorted(constexprs)}"
+            )
+        self._tail = tuple(self.constexprs[n] for n in names[n_rt:])
+        self.fast = False
+        self.reason = "not tried"
+        self.launch: Callable[..., None] = self._no_fast
+        if try_fast:
+            try:
+                self._bind_compiled(specimen)
+            except Exception as e:  # any mismatch of the internal API: use the ordinary launch
+                self.fast = False
+                self.launch = self._no_fast
+                self.reason = f"{type(e).__name__}: {e}"
+                logger.info("%s: ordinary Triton launches (%s)", getattr(jit_fn, "__name__", jit_fn), self.reason)
+
+    # -- binding -----------------------------------------------------------------------------------
+    def _bind_compiled(self, specimen: Sequence[Any]) -> None:
+        if self.device.type != "cuda":
+            raise RuntimeError(f"device {self.device} is not CUDA")
+        if interpreting():
+            raise RuntimeError("TRITON_INTERPRET=1: nothing is compiled")
+        from triton.compiler.compiler import CompiledKernel
+
+        ver = triton_version()
+        if not (3, 2) <= ver < (4, 0):
+            raise RuntimeError(f"triton {ver[0]}.{ver[1]} is outside the versions the fast launch was written for")
+        ok, why = launch_convention_ok(CompiledKernel)
+        if not ok:
+            raise RuntimeError(why)
+        with torch.cuda.device(self.device):
+            ck = self.jit_fn.warmup(*specimen, grid=(1,), **self.constexprs, **self.options)
+            if not isinstance(ck, CompiledKernel):
+                raise RuntimeError(f"warmup returned {type(ck).__name__}, not a CompiledKernel")
+            run = ck.run  # first access loads the module on this device
+            function, meta = ck.function, ck.packed_metadata
+        if function is None or not callable(run):
+            raise RuntimeError("compiled kernel has no loaded function")
+        self.compiled = ck
+        self.launch = _fast_launcher(run, function, meta, self._tail)
+        self.fast = True
+        self.reason = "ok"
+
+    def _no_fast(self, *args: Any) -> None:
+        raise RuntimeError(f"no fast launch for this kernel ({self.reason})")
+
+    # -- the ordinary launch -----------------------------------------------------------------------
+    def slow(self, grid: tuple[int, ...], *args: Any) -> None:
+        self.jit_fn[grid](*args, **self.constexprs, **self.options)
+
+
+def _fast_launcher(run: Callable[..., Any], function: Any, meta: Any, tail: tuple) -> Callable[..., None]:
+    def launch(gx: int, gy: int, gz: int, stream: int, *args: Any) -> None:
+        run(gx, gy, gz, stream, function, meta, None, None, None, *args, *tail)
+
+    return launch
