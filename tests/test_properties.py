@@ -1,6 +1,9 @@
 """Property tests: whatever the route, the result is the fp32 product x @ w^T.
 
-550 hypothesis examples per run (300 + 250), on small N and K.
+550 hypothesis examples per run (300 + 250), on small N and K. Results are
+compared with the float64 product of the same inputs (and with torch's fp32
+upcast product); with a fake fast backend, the route a call takes is checked
+against the router's rules and against describe_call().
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import assert_fp32_close
-from fakes.fake_backends import ExactFake, enabled_settings, make_router
+from fakes.fake_backends import FAKE_KERNEL, ExactFake, make_config, make_router
 from sglang_fp32gemm import routing
+from sglang_fp32gemm.table import TunedTable
 
 DTYPES = {
     "bf16": (torch.bfloat16, torch.bfloat16),
@@ -58,7 +62,9 @@ def _check(out, x, w):
 
 @pytest.fixture(scope="module")
 def routers():
-    return {True: routing.Router(enabled_settings(True)), False: routing.Router(enabled_settings(False))}
+    """The real router (default backends, packaged tables), enabled and disabled."""
+    table = TunedTable.load()
+    return {e: routing.Router(make_config(table, enabled=e)) for e in (True, False)}
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -69,6 +75,8 @@ def test_routed_linear_equals_the_fp32_product(routers, seed, m, n, k, dtypes, l
                                                with_fallback):
     x, w = _build(seed, m, n, k, dtypes, layout, lead)
     routing.reset_router(routers[enabled])
+    router = routers[enabled]
+    before = router.counters()
     if with_fallback:
         expected = torch.mm(x.reshape(-1, k).float(), w.float().t()).reshape(*x.shape[:-1], n)
         out = routing.linear_bf16_fp32(x, w, fallback=lambda: expected)
@@ -76,6 +84,11 @@ def test_routed_linear_equals_the_fp32_product(routers, seed, m, n, k, dtypes, l
     else:
         out = routing.linear_bf16_fp32(x, w)
     _check(out, x, w)
+    # CPU calls never take a fast route, whatever the shape.
+    assert all(route == "torch" for route, _ in router.counters()), router.counters()
+    assert router.describe_call(x, w)[0] == "torch"
+    if not enabled:
+        assert router.counters() == before
 
 
 # -- with a fake fast backend, so the fast path is exercised ---------------------------------
@@ -96,10 +109,11 @@ def fast():
     fake = ExactFake(name="fastfake")
     r = make_router([fake], shapes=[(m, n, k) for m in FAST_M for n in FAST_N for k in FAST_K])
     yield fake, r
-    # The property must have reached both routes.
+    # The property must have reached both routes, and the router kept the kernel contract.
     c = r.counters()
-    assert c.get(("fastfake", "ok"), 0) > 0, c
+    assert c.get(("fastfake", FAKE_KERNEL), 0) > 0, c
     assert sum(v for (route, _), v in c.items() if route == "torch") > 0, c
+    assert fake.violations == []
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -113,11 +127,22 @@ def test_fast_path_result_and_route_are_right(fast, seed, m, n, k, dtypes, layou
     fake, router = fast
     x, w = _build(seed, m, n, k, dtypes, layout, lead)
     routing.reset_router(router)
-    before = fake.runs
+    runs, bound, before = fake.runs, len(router.bound_kernels()), router.counters()
+    route, detail = router.describe_call(x, w)
+    assert router.counters() == before  # describing resolves, but counts nothing
     out = routing.linear_bf16_fp32(x, w)
     _check(out, x, w)
-    # The router's part: 2-D bf16 x bf16 with a row (aiter's M buckets); the backend's: contiguous.
+    # The router's rules: 2-D bf16 x bf16, unit stride along K for x, contiguous w,
+    # 1 <= M <= 256 with a row (aiter's M buckets).
     eligible = (dtypes == "bf16" and x.dim() == 2 and n in FAST_N and k in FAST_K and _expect_row(m)
-                and x.is_contiguous() and w.is_contiguous())
-    first_probe = 1 if (eligible and before == 0) else 0
-    assert fake.runs - before == (1 + first_probe if eligible else 0), (m, n, k, dtypes, layout)
+                and x.stride(1) == 1 and w.is_contiguous())
+    delta = {key: v - before.get(key, 0) for key, v in router.counters().items() if v != before.get(key, 0)}
+    ((got_route, got_detail), count), = delta.items()
+    assert count == 1 and got_route == route, (route, detail, delta)
+    assert detail == got_detail or detail.startswith(f"{got_detail} (row "), (detail, got_detail)
+    assert (got_route, got_detail) == (("fastfake", FAKE_KERNEL) if eligible else ("torch", got_detail))
+    # One bind and one probe per (N, K), the first time an eligible call needs it.
+    new_bound = len(router.bound_kernels()) - bound
+    assert new_bound in ((0, 1) if eligible else (0,))
+    assert fake.runs - runs == (1 + new_bound if eligible else 0), (m, n, k, dtypes, layout)
+    assert len(router.bound_kernels()) == len(fake.binds) and fake.violations == []

@@ -344,14 +344,17 @@ def test_layer_file_from_environment_reaches_the_router(tmp_path, monkeypatch, m
     monkeypatch.setenv(S.ENABLE_VAR, "1")
     s = S.reload()
     assert s.layers_path == str(p)
+    from fakes.fake_backends import FAKE_KERNEL
+    from sglang_fp32gemm import config as config_mod
+
     fake = ExactFake()
-    r = make_router([fake], shapes=[(4, 32, 64)])
-    r._given = (s, r._given[1], r._given[2], None)  # settings from the environment, selection from its file
+    # The selection the plugin's loader reads from the environment's file; the fake's table and backend.
+    r = make_router([fake], shapes=[(4, 32, 64)], selection=config_mod.load().selection)
     x, w = make_bf16(4, 64), make_bf16(32, 64)
     r.call(x, w, LayerInfo(2, "hca"))
     r.call(x, w, LayerInfo(3, "hca"))
-    assert r.selection.source == str(p)
-    assert r.counters() == {("torch", "layer not selected"): 1, ("fake", "ok"): 1}
+    assert r.config.selection.source == str(p)
+    assert r.counters() == {("torch", "layer not selected"): 1, ("fake", FAKE_KERNEL): 1}
 
 
 def test_bad_layer_file_at_run_time_disables_with_the_file_line(tmp_path, monkeypatch, caplog, make_bf16):

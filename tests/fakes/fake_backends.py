@@ -1,58 +1,96 @@
 """Fake fast backends and a router builder for CPU-only routing tests.
 
-The router only asks a fast backend about devices in ``Router.device_types``
-whose table key it knows; ``make_router`` adds "cpu" and answers every device
-with ``FAKE_KEY``, so CPU tensors can take the fast path through the real
-decision, probe, counters and logging code.
+The fakes implement the backend interface of ``sglang_fp32gemm.backends.base``
+(available / parse / deterministic / supports / bind / kernel_name) and count
+every call the router makes to them, so tests can say what the router asked
+and when. The router only asks a fast backend about devices in
+``Router.device_types`` whose table key it knows; ``make_router`` adds "cpu"
+and answers every device with its ``key`` (``FAKE_KEY`` by default), so CPU
+tensors take the fast path through the real resolution, binding, probe,
+counters and logging code.
+
+A bound fake kernel checks the router's side of the contract on every call
+(bf16 [M, K] x with unit stride along K, contiguous [N, K] w on the bound
+device, the bound N and K, 1 <= M <= MAX_M); a violation is recorded in
+``violations`` and raised.
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import threading
 import time
-from typing import Iterable, Optional
+from typing import Collection, Iterable, Optional, Union
 
 import torch
 
+from sglang_fp32gemm import config as config_mod
 from sglang_fp32gemm import layers as layers_mod
 from sglang_fp32gemm import settings as settings_mod
-from sglang_fp32gemm.backends.base import OK, Backend
+from sglang_fp32gemm.backends.base import MAX_M, OK, Backend
 from sglang_fp32gemm.routing import Router
-from sglang_fp32gemm.table import DeviceKey, TunedTable, format_rows, parse_csv, TunedRow
+from sglang_fp32gemm.table import DeviceKey, TunedRow, TunedTable, format_rows, parse_csv
 
 FAKE_KEY = DeviceKey("fakegpu", 4)
+OTHER_KEY = DeviceKey("othergpu", 8)
 FAKE_KERNEL = "fake_splitk_kernel"
+OTHER_KERNEL = "fake_other_kernel"
+
+Shape = Union[tuple[int, int, int], tuple[int, int, int, str]]
 
 
-def rows_csv(shapes: Iterable[tuple[int, int, int]], gfx: str = FAKE_KEY.gfx, cu_num: int = FAKE_KEY.cu_num,
+def rows_csv(shapes: Iterable[Shape], gfx: str = FAKE_KEY.gfx, cu_num: int = FAKE_KEY.cu_num,
              libtype: str = "triton", kernel: str = FAKE_KERNEL, us: float = 1.0) -> str:
+    """A tuned CSV with one row per shape; a shape (M, N, K, name) names its own kernel.
+
+    Row i (0-based) is on line i + 2 of the file.
+    """
     head = ("gfx,cu_num,M,N,K,bias,dtype,outdtype,scaleAB,bpreshuffle,libtype,solidx,splitK,us,"
             "kernelName,err_ratio,tflops,bw")
-    lines = [head] + [f"{gfx},{cu_num},{m},{n},{k},False,torch.bfloat16,torch.float32,False,False,"
-                      f"{libtype},0,2,{us},{kernel},0.0,1.0,1.0" for m, n, k in shapes]
+    lines = [head]
+    for s in shapes:
+        m, n, k = s[:3]
+        name = s[3] if len(s) > 3 else kernel
+        lines.append(f"{gfx},{cu_num},{m},{n},{k},False,torch.bfloat16,torch.float32,False,False,"
+                     f"{libtype},0,2,{us},{name},0.0,1.0,1.0")
     return "\n".join(lines) + "\n"
 
 
-def fake_table(shapes: Iterable[tuple[int, int, int]], **kw) -> TunedTable:
-    return TunedTable([("fake.csv", parse_csv(rows_csv(shapes, **kw), "fake.csv"))])
+def fake_table(shapes: Iterable[Shape], name: str = "fake.csv", **kw) -> TunedTable:
+    return TunedTable([(name, parse_csv(rows_csv(shapes, **kw), name))])
 
 
-def enabled_settings(enabled: bool = True) -> settings_mod.Settings:
-    return settings_mod.Settings(enabled, "env" if enabled else "default", (), None, False, "default")
+def enabled_settings(enabled: bool = True, deterministic: bool = False) -> settings_mod.Settings:
+    return settings_mod.Settings(enabled, "env" if enabled else "default", (), None,
+                                 deterministic, "env" if deterministic else "default")
+
+
+def make_config(table: Optional[TunedTable] = None, enabled: bool = True, deterministic: bool = False,
+                det_table: Optional[TunedTable] = None,
+                selection: Optional[layers_mod.LayerSelection] = None) -> config_mod.Config:
+    return config_mod.Config(enabled_settings(enabled, deterministic), table or TunedTable([]),
+                             det_table or TunedTable([]), selection or layers_mod.LayerSelection())
 
 
 def make_router(backends: Optional[list[Backend]] = None, table: Optional[TunedTable] = None,
-                shapes: Iterable[tuple[int, int, int]] = (), enabled: bool = True,
+                shapes: Iterable[Shape] = (), enabled: bool = True,
                 selection: Optional[layers_mod.LayerSelection] = None,
-                key: Optional[DeviceKey] = FAKE_KEY, libtype: str = "triton") -> Router:
+                key: Optional[DeviceKey] = FAKE_KEY, libtype: str = "triton",
+                deterministic: bool = False, det_table: Optional[TunedTable] = None) -> Router:
+    """A Router over ``backends`` (grouped by libtype, in order) that routes CPU tensors.
+
+    Every device's table key is ``key`` (None: no key).
+    """
     if table is None:
         table = fake_table(shapes, libtype=libtype)
     by_lib: dict[str, list[Backend]] = {}
     for b in backends or []:
         by_lib.setdefault(b.libtype, []).append(b)
-    r = Router(enabled_settings(enabled), table, by_lib, selection)
+    cfg = make_config(table, enabled, deterministic, det_table, selection)
+    r = Router(cfg, by_lib)
     r.device_types = ("cuda", "cpu")
-    r._device_key = lambda device: key  # type: ignore[method-assign]
+    r.device_key_of = lambda device: key  # type: ignore[method-assign]
     return r
 
 
@@ -60,105 +98,203 @@ def splitk_fp32(x: torch.Tensor, w: torch.Tensor, splits: int = 2) -> torch.Tens
     """An fp32 product computed differently from torch.mm (two K halves summed)."""
     k = x.shape[1]
     bounds = [k * i // splits for i in range(splits + 1)]
-    out = torch.zeros(x.shape[0], w.shape[0], dtype=torch.float32)
+    out = torch.zeros(x.shape[0], w.shape[0], dtype=torch.float32, device=x.device)
     for a, b in zip(bounds, bounds[1:]):
         out += x[:, a:b].float() @ w[:, a:b].float().t()
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class FakeCfg:
+    """What a fake's ``parse`` returns."""
+
+    name: str
+
+
 class ExactFake(Backend):
-    """A correct fast backend: bf16 2-D contiguous inputs, any device in ``devices``."""
+    """A correct fast backend that counts every call the router makes to it.
+
+    ``kernels``: the kernelNames ``parse`` accepts (anything else: ValueError).
+    ``deterministic``: True/False for every kernel, or the names that are.
+    ``devices``: device types ``bind`` accepts (others: RuntimeError).
+    ``events``: an optional shared list; "bind" and "run" events are appended.
+    """
 
     name = "fake"
     libtype = "triton"
 
-    def __init__(self, name: str = "fake", devices: tuple[str, ...] = ("cpu",)):
+    def __init__(self, name: str = "fake", devices: tuple[str, ...] = ("cpu",),
+                 kernels: Collection[str] = (FAKE_KERNEL,),
+                 deterministic: Union[bool, Collection[str]] = True, libtype: str = "triton",
+                 events: Optional[list] = None):
         self.name = name
-        self.devices = devices
+        self.libtype = libtype
+        self.devices = tuple(devices)
+        self.kernels = tuple(kernels)
+        self.det = deterministic
+        self.events = events if events is not None else []
         self.lock = threading.Lock()
-        self.runs = 0
-        self.prepares = 0
-        self.supports_calls = 0
-        self.shapes: list[tuple[int, int, int]] = []
+        #: method name -> calls: available, parse, deterministic, supports, bind, kernel_name
+        self.calls: collections.Counter = collections.Counter()
+        self.binds: list[tuple[str, str, int, int]] = []      # (kernel, device, N, K)
+        self.runs = 0                                           # every run of a bound kernel, probes included
+        self.kernel_runs: collections.Counter = collections.Counter()
+        self.shapes: list[tuple[int, int, int]] = []           # (M, N, K) of every run
+        self.violations: list[str] = []
 
+    def _count(self, what: str) -> None:
+        with self.lock:
+            self.calls[what] += 1
+
+    @property
+    def supports_calls(self) -> int:
+        return self.calls["supports"]
+
+    @property
+    def setup_calls(self) -> dict[str, int]:
+        """Calls of everything but the bound kernels themselves."""
+        return {k: v for k, v in self.calls.items() if v}
+
+    # -- the interface ----------------------------------------------------
     def available(self):
+        self._count("available")
         return OK
 
-    def supports(self, x, w, row):
-        with self.lock:
-            self.supports_calls += 1
-        if x.dim() != 2 or w.dim() != 2:
-            return False, "not 2-D"
-        if x.dtype != torch.bfloat16 or w.dtype != torch.bfloat16:
-            return False, "needs bf16"
-        if not (x.is_contiguous() and w.is_contiguous()):
-            return False, "needs contiguous x and w"
-        if x.device.type not in self.devices:
-            return False, f"{x.device} not supported"
-        if row.kernelName != FAKE_KERNEL:
-            return False, f"unknown kernel {row.kernelName}"
+    def parse(self, kernel_name: str) -> FakeCfg:
+        self._count("parse")
+        if kernel_name not in self.kernels:
+            raise ValueError(f"{self.name}: unknown kernelName {kernel_name!r}")
+        return FakeCfg(kernel_name)
+
+    def deterministic(self, cfg: FakeCfg) -> bool:
+        self._count("deterministic")
+        if isinstance(self.det, bool):
+            return self.det
+        return cfg.name in self.det
+
+    def supports(self, cfg: FakeCfg, m: int, n: int, k: int):
+        self._count("supports")
         return OK
 
-    def prepare(self, device, rows):
-        with self.lock:
-            self.prepares += 1
+    def kernel_name(self, cfg: FakeCfg) -> str:
+        self._count("kernel_name")
+        return cfg.name
 
-    def compute(self, x, w):
+    def bind(self, cfg: FakeCfg, device: torch.device, n: int, k: int):
+        self._count("bind")
+        with self.lock:
+            self.binds.append((cfg.name, str(device), n, k))
+            self.events.append(("bind", self.name, cfg.name, n, k))
+        if device.type not in self.devices:
+            raise RuntimeError(f"{self.name} does not run on {device}")
+
+        def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            self._check_contract(cfg, device, n, k, x, w)
+            with self.lock:
+                self.runs += 1
+                self.kernel_runs[cfg.name] += 1
+                self.shapes.append((x.shape[0], w.shape[0], x.shape[1]))
+                self.events.append(("run", self.name, cfg.name, n, k))
+            return self.compute(cfg, x, w)
+
+        fn.fake_kernel = (self.name, cfg.name)  # type: ignore[attr-defined]
+        return fn
+
+    # -- what subclasses change ---------------------------------------------
+    def compute(self, cfg: FakeCfg, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return splitk_fp32(x, w)
 
-    def run(self, x, w, row):
-        with self.lock:
-            self.runs += 1
-            self.shapes.append((x.shape[0], w.shape[0], x.shape[1]))
-        return self.compute(x, w)
+    def _check_contract(self, cfg, device, n, k, x, w) -> None:
+        bad = []
+        if x.dtype != torch.bfloat16 or w.dtype != torch.bfloat16:
+            bad.append(f"dtypes {x.dtype}/{w.dtype}")
+        if x.dim() != 2 or w.dim() != 2:
+            bad.append(f"dims {x.dim()}/{w.dim()}")
+        else:
+            if not 1 <= x.shape[0] <= MAX_M:
+                bad.append(f"M={x.shape[0]}")
+            if x.shape[1] != k or tuple(w.shape) != (n, k):
+                bad.append(f"shapes {tuple(x.shape)} x {tuple(w.shape)}, bound N={n} K={k}")
+            if x.stride(1) != 1:
+                bad.append(f"x strides {x.stride()}")
+        if not w.is_contiguous():
+            bad.append(f"w strides {w.stride()}")
+        if x.device != device or w.device != device:
+            bad.append(f"devices {x.device}/{w.device}, bound {device}")
+        if bad:
+            msg = f"{self.name} {cfg.name}: router broke the kernel contract: {'; '.join(bad)}"
+            with self.lock:
+                self.violations.append(msg)
+            raise AssertionError(msg)
 
 
 class Bf16RoundingFake(ExactFake):
-    """Looks fine but rounds C to bf16 (the bug aiter PR #6005 fixed)."""
+    """Looks fine but rounds C to bf16 (the bug aiter PR #6005 fixed).
 
-    def compute(self, x, w):
-        return splitk_fp32(x, w).to(torch.bfloat16).float()
+    ``rounding``: the kernelNames that round (None: all).
+    """
+
+    def __init__(self, rounding: Optional[Collection[str]] = None, **kw):
+        super().__init__(**kw)
+        self.rounding = rounding
+
+    def compute(self, cfg, x, w):
+        out = splitk_fp32(x, w)
+        if self.rounding is None or cfg.name in self.rounding:
+            out = out.to(torch.bfloat16).float()
+        return out
 
 
 class RaisingFake(ExactFake):
-    """Passes the probe (its first ``ok_runs`` runs), then raises."""
+    """Each kernel passes its probe (its first ``ok_runs`` runs), then raises.
 
-    def __init__(self, ok_runs: int = 1, **kw):
+    ``raising``: the kernelNames that raise (None: all).
+    """
+
+    def __init__(self, ok_runs: int = 1, raising: Optional[Collection[str]] = None, **kw):
         super().__init__(**kw)
         self.ok_runs = ok_runs
+        self.raising = raising
 
-    def run(self, x, w, row):
+    def compute(self, cfg, x, w):
         with self.lock:
-            self.runs += 1
-            n = self.runs
-        if n > self.ok_runs:
+            n = self.kernel_runs[cfg.name]  # already counts this run
+        if (self.raising is None or cfg.name in self.raising) and n > self.ok_runs:
             raise RuntimeError("fake kernel launch failed")
-        return self.compute(x, w)
+        return splitk_fp32(x, w)
 
 
-class SlowPrepareFake(ExactFake):
-    """Widens the window in which concurrent first calls could probe twice."""
+class BindRaisingFake(ExactFake):
+    """``bind`` raises (a compile or workspace failure)."""
 
-    def prepare(self, device, rows):
-        with self.lock:
-            self.prepares += 1
+    def bind(self, cfg, device, n, k):
+        super().bind(cfg, device, n, k)
+        raise RuntimeError("no workspace")
+
+
+class SlowBindFake(ExactFake):
+    """Widens the window in which concurrent first calls could bind or probe twice."""
+
+    def bind(self, cfg, device, n, k):
+        fn = super().bind(cfg, device, n, k)
         time.sleep(0.05)
+        return fn
 
 
 class UnavailableFake(ExactFake):
     def available(self):
+        self._count("available")
         return False, "fake library missing"
 
 
 class DecliningFake(ExactFake):
-    def supports(self, x, w, row):
-        with self.lock:
-            self.supports_calls += 1
+    def supports(self, cfg, m, n, k):
+        self._count("supports")
         return False, "fake declines every call"
 
 
 __all__ = [
-    "FAKE_KEY", "FAKE_KERNEL", "rows_csv", "fake_table", "enabled_settings", "make_router", "splitk_fp32",
-    "ExactFake", "Bf16RoundingFake", "RaisingFake", "SlowPrepareFake", "UnavailableFake", "DecliningFake",
-    "TunedRow", "format_rows",
+    "FAKE_KEY", "OTHER_KEY", "FAKE_KERNEL", "OTHER_KERNEL", "rows_csv", "fake_table", "enabled_settings",
+    "make_config", "make_router", "splitk_fp32", "FakeCfg", "ExactFake", "Bf16RoundingFake", "RaisingFake",
+    "BindRaisingFake", "SlowBindFake", "UnavailableFake", "DecliningFake", "TunedRow", "format_rows",
 ]
