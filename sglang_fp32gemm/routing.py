@@ -110,6 +110,7 @@ class Router:
         self._dev_keys: dict[int, Optional[DeviceKey]] = {}
         self._logged: set[str] = set()
         self._other: dict[tuple[str, str], "itertools.count"] = {}
+        self._retired: list[tuple[tuple[str, str], int]] = []
         self.config: Optional[config_mod.Config] = None
         try:
             if backends is None:
@@ -145,6 +146,7 @@ class Router:
         if c is None:
             with self._lock:
                 c = self._other.setdefault((route, reason), itertools.count())
+            self._once(logging.INFO, f"sglang-fp32gemm: calls use torch: {reason}")
         next(c)
 
     def counters(self) -> dict[tuple[str, str], int]:
@@ -157,8 +159,8 @@ class Router:
                 if n:
                     key = (e.route, e.detail)
                     out[key] = out.get(key, 0) + n
-            for key, c in self._other.items():
-                n = _count_of(c)
+            counts = [(key, _count_of(c)) for key, c in self._other.items()] + self._retired
+            for key, n in counts:
                 if n:
                     out[key] = out.get(key, 0) + n
         return out
@@ -170,6 +172,7 @@ class Router:
                     if e is not None:
                         e.calls = itertools.count()
             self._other.clear()
+            self._retired.clear()
 
     def selects(self, layer: Optional[LayerInfo]) -> bool:
         return layer is None or (self.config is not None and self.config.selection.selects(layer))
@@ -302,7 +305,7 @@ class Router:
             return Entry(None, None, p.reason, p.row)
         bound = self._bind(p.backend, p.cfg, device, n, k, p.row)
         if bound.fn is None:
-            return Entry(None, bound, f"{p.backend.name} {bound.kernel_name}: {bound.error}", p.row)
+            return Entry(None, bound, _disabled_reason(bound), p.row)
         return Entry(self._guard(bound), bound, p.reason, p.row)
 
     def _bind(self, b: Backend, cfg: Any, device: torch.device, n: int, k: int, row: TunedRow) -> Bound:
@@ -316,7 +319,7 @@ class Router:
             if b.isolated_probe:
                 from sglang_fp32gemm.backends import isolated_probe
 
-                r = isolated_probe.probe_in_child(b, cfg, device, row.M, n, k)
+                r = isolated_probe.probe_in_child(b.name, name, device, row.M, n, k)
                 if not r.ok:
                     raise _ProbeFailed(r)
             fn = b.bind(cfg, device, n, k)
@@ -359,8 +362,9 @@ class Router:
             for route in self._routes.values():
                 for i, e in enumerate(route):
                     if e is not None and e.bound is bound and e.run is not None:
-                        new = Entry(None, bound, f"{bound.backend} {bound.kernel_name} {why}", e.row)
-                        route[i] = new
+                        # Keep the calls it served in the counters.
+                        self._retired.append(((e.route, e.detail), _count_of(e.calls)))
+                        route[i] = Entry(None, bound, _disabled_reason(bound), e.row)
         logger.warning("sglang-fp32gemm: kernel %s %s on %s %s; its calls use torch from now on",
                        bound.backend, bound.kernel_name, device, why)
 
@@ -403,6 +407,10 @@ class _ProbeFailed(Exception):
     def __init__(self, result: probe_mod.ProbeResult):
         super().__init__(result.describe())
         self.result = result
+
+
+def _disabled_reason(bound: Bound) -> str:
+    return f"{bound.backend} {bound.kernel_name} disabled: {bound.error}"
 
 
 def _shape_reason(x: torch.Tensor, w: torch.Tensor) -> str:
