@@ -410,7 +410,7 @@ class _ProbeFailed(Exception):
 
 
 def _disabled_reason(bound: Bound) -> str:
-    return f"{bound.backend} {bound.kernel_name} disabled: {bound.error}"
+    return f"{bound.backend} {bound.kernel_name}: {bound.error}"
 
 
 def _shape_reason(x: torch.Tensor, w: torch.Tensor) -> str:

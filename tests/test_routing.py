@@ -424,10 +424,6 @@ def test_bind_that_raises_disables_the_kernel_with_one_warning(caplog, make_bf16
     assert r.counters() == {("torch", "badbind fake_splitk_kernel: bind raised RuntimeError: no workspace"): 3}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "routing.Router._bind imports sglang_fp32gemm.backends.isolated_probe for backends with "
-    "isolated_probe=True (aiter and flydsl set it), but that module does not exist: every such kernel is "
-    "disabled with \"bind raised ImportError: cannot import name 'isolated_probe'\""))
 def test_a_backend_asking_for_an_isolated_probe_is_not_disabled_by_a_missing_module(make_bf16):
     class Isolated(ExactFake):
         isolated_probe = True
@@ -506,10 +502,6 @@ def test_kernel_failure_uses_the_callers_fallback_object(make_bf16):
     assert r.call(x, w, fallback=lambda: sentinel) is sentinel
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Router._kernel_failed replaces the failed kernel's entries with new ones, and counters() only reads "
-    "entries still in _routes: every call counted on the replaced entries (the kernel's successful calls and "
-    "the failing call) disappears from counters()"))
 def test_counters_keep_the_calls_made_before_a_kernel_failed(make_bf16):
     fake = RaisingFake(name="flaky", ok_runs=3)  # the probe and two calls succeed, then it raises
     r = make_router([fake], shapes=SHAPES)
@@ -522,10 +514,6 @@ def test_counters_keep_the_calls_made_before_a_kernel_failed(make_bf16):
     assert c.get(("flaky", FAKE_KERNEL), 0) in (2, 3), c  # the failing call may count on either side
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a kernel disabled at run time is reported under two reasons: entries replaced by "
-    "Router._kernel_failed say '<backend> <kernel> raised at run time (...)', entries resolved later "
-    "(Router._entry) say '<backend> <kernel>: raised at run time (...)'; counters() splits them"))
 def test_a_kernel_disabled_at_run_time_has_one_reason(make_bf16):
     r = make_router([RaisingFake(name="flaky", ok_runs=1)], shapes=SHAPES)
     w = make_bf16(N, K)
@@ -675,11 +663,6 @@ def test_each_fallback_reason_is_logged_once(caplog, make_bf16):
                             ("torch", f"no tuned row for {FAKE_KEY} M=40 N={N} K={K}"): 3}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "reasons decided on the hot path (Router.kernel_for -> _count_other: x/w layout, dims/dtypes, M range, "
-    "K mismatch; Router.call: 'layer not selected') are counted but never logged, though routing.py's "
-    "docstring says each reason a call is not routed is logged once (the old router logged a layout "
-    "rejection once)"))
 def test_hot_path_fallback_reasons_are_logged_once(caplog, make_bf16):
     r = make_router([ExactFake()], shapes=SHAPES)
     w = make_bf16(N, K)
