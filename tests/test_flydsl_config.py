@@ -101,21 +101,17 @@ def test_backend_unavailable_without_rocm():
         assert not ok and "ROCm" in why
 
 
-def test_backend_supports_rejects_with_reasons():
-    import torch
-
-    from sglang_fp32gemm.table import TunedRow
-
-    def row(name, outdtype="torch.float32"):
-        return TunedRow("gfx950", 256, 8, 1024, 7168, False, "torch.bfloat16", outdtype, False, False,
-                        "flydsl", 0, 7, 6.27, name, 0.0, 0.0, 0.0)
-
+def test_backend_takes_shipped_configs_and_rejects_with_reasons():
     b = F.FlyDSLBackend()
-    x = torch.zeros(8, 7168, dtype=torch.bfloat16)
-    w = torch.zeros(1024, 7168, dtype=torch.bfloat16)
-    ok, why = b.supports(x.float(), w, row(GOOD[0]))
-    assert not ok and "bfloat16" in why
-    ok, why = b.supports(x, w, row(GOOD[0]))
-    assert not ok and "device" in why          # CPU tensors
-    ok, why = b.supports(x.t(), w, row(GOOD[0]))
-    assert not ok
+    cfg = b.parse(GOOD[0])
+    assert b.supports(cfg, 8, 1024, 7168) == (True, "ok")
+    ok, why = b.supports(cfg, 8, 1000, 7168)  # N not a multiple of the tile
+    assert not ok and cfg.name in why
+    bf16_out = b.parse(GOOD[0].replace("_fp32_", "_bf16_"))
+    ok, why = b.supports(bf16_out, 8, 1024, 7168)
+    assert not ok and "not fp32" in why
+    with pytest.raises(ValueError):
+        b.parse("flydsl_hgemm_nonsense")
+    # Split-K configs add partials with atomics: not deterministic.
+    assert b.deterministic(cfg) is (not cfg.uses_atomics)
+    assert b.isolated_probe, "never run on an MI355X: first probes must run in a child"
