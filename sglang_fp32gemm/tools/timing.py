@@ -1,15 +1,22 @@
-"""CUDA-graph timing of many back-to-back calls with rotating weights.
+"""How every tool times a call: the same method for torch and every kernel.
 
-Per-call time = one graph replay / calls in it, median over replays. The
-weights rotate over enough sets (>= 8 and >= 4x the L2) that W is always read
-from HBM, as in a real decode step where 61 layers each read their own.
+Graph mode (decode as SGLang runs it): one CUDA graph holds many
+back-to-back calls rotating over enough weight sets (>= 8 and >= 4x the
+L2) that W is always read from HBM, as in a real decode step where 61
+layers each read their own; per-call time = one replay / calls in it,
+median over replays. Warm-up (compiles, workspaces, router binding) runs
+before capture on the capture stream.
+
+Eager mode: host wall time of many back-to-back calls, synchronized once at
+the end, divided by the calls; median of several runs.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from typing import Callable
+import time
+from typing import Callable, Sequence
 
 import torch
 
@@ -56,6 +63,68 @@ def time_per_call_us(
         times.append(a.elapsed_time(b) * 1e3 / calls)
     del graph
     return statistics.median(times)
+
+
+def time_step_us(step: Callable[[], Sequence[torch.Tensor]], replays: int = 20):
+    """(median us per replay, the step's outputs after the last replay) for one graph of ``step``."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        outs = step()
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    torch.cuda.synchronize()
+    outs = [o.clone() for o in outs]
+    del graph
+    return statistics.median(times), outs
+
+
+def eager_us(fn: Fn, x: torch.Tensor, weights: list[torch.Tensor], calls: int = 1000) -> tuple[float, float]:
+    """(wall us per call, host enqueue us per call) of ``calls`` back-to-back eager calls.
+
+    Wall: from the first call to a synchronize after the last. Enqueue: the
+    host time of the loop alone (equal to wall when the host is the limit).
+    """
+    nw = len(weights)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(calls):
+        fn(x, weights[i % nw])
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    return (t2 - t0) * 1e6 / calls, (t1 - t0) * 1e6 / calls
+
+
+class CudaTimer:
+    """The method above, behind the small interface tune and bench call (tests pass a fake)."""
+
+    def per_call(self, fn: Fn, x: torch.Tensor, weights: list[torch.Tensor], replays: int = 15) -> float:
+        return time_per_call_us(fn, x, weights, replays=replays)
+
+    def step(self, step: Callable[[], Sequence[torch.Tensor]], replays: int = 20):
+        return time_step_us(step, replays)
+
+    def eager(self, fn: Fn, x: torch.Tensor, weights: list[torch.Tensor], calls: int = 1000) -> tuple[float, float]:
+        return eager_us(fn, x, weights, calls)
+
+    def weights(self, n: int, k: int, device) -> list[torch.Tensor]:
+        return weight_sets(n, k, device)
 
 
 def floor_us(m: int, n: int, k: int, bandwidth_tbs: float = 4.2) -> float:

@@ -1,0 +1,497 @@
+"""The tuner, bench and targets tools on CPU: buckets, rows, logs, the targets check.
+
+Fake backends and a fake timer stand in for kernels and CUDA graphs: the
+fake timer calls each function once (so wrong results and exceptions
+surface) and reports a time the test chose.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import os
+import random
+import time
+
+import pytest
+import torch
+
+from sglang_fp32gemm.backends.base import OK, Backend
+from sglang_fp32gemm.table import DeviceKey, TunedRow, format_rows, m_candidates, parse_csv
+from sglang_fp32gemm.tools import bench, common, targets, tune
+
+KEY = DeviceKey("sm90", 132)
+GRID = list(tune.M_DEFAULT)
+
+
+# -- fakes ---------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    name: str
+    split_k: int = 2
+
+
+class FakeBackend(Backend):
+    """Configs named in ``speeds``: {name: us}; behaviours by name prefix.
+
+    ``bf16*``: rounds the result to bf16 (must be rejected); ``lowbad*``: wrong
+    for M < 8; ``big*``: supports only M >= 9; ``flaky*``: claims determinism
+    but adds a different tiny value each call.
+    """
+
+    def __init__(self, name: str, libtype: str, speeds: dict[str, float], det: bool = False, ok: bool = True):
+        self.name, self.libtype = name, libtype
+        self.speeds = dict(speeds)
+        self.det = det
+        self.ok = ok
+        self.binds = 0
+        self._calls = 0
+
+    def available(self):
+        return (True, "ok") if self.ok else (False, "no such library here")
+
+    def parse(self, kernel_name: str):
+        if kernel_name not in self.speeds:
+            raise ValueError(f"{self.name}: unknown kernel {kernel_name!r}")
+        return Cfg(kernel_name)
+
+    def deterministic(self, cfg):
+        return self.det
+
+    def supports(self, cfg, m, n, k):
+        if cfg.name.startswith("big") and m < 9:
+            return False, "needs M >= 9"
+        return OK
+
+    def candidates(self, m, n, k):
+        return [Cfg(name) for name in self.speeds]
+
+    def bind(self, cfg, device, n, k):
+        self.binds += 1
+        name, us = cfg.name, self.speeds[cfg.name]
+
+        def fn(x, w):
+            out = x.float() @ w.float().t()
+            if name.startswith("bf16"):
+                out = out.bfloat16().float()
+            if name.startswith("lowbad") and x.shape[0] < 8:
+                out = out + 1.0
+            if name.startswith("flaky"):  # exact, but the bits change from call to call
+                self._calls += 1
+                out[0, 0] = out[0, 0] + out[0, 0].abs() * 1e-6 * (self._calls % 2)
+            return out
+
+        fn.fake_us = us
+        return fn
+
+
+class FakeTimer:
+    def __init__(self, torch_us: float = 10.0, sleep: float = 0.0):
+        self.torch_us = torch_us
+        self.sleep = sleep
+        self.per_call_calls = 0
+
+    def per_call(self, fn, x, weights, replays=15):
+        self.per_call_calls += 1
+        if self.sleep:
+            time.sleep(self.sleep)
+        out = fn(x, weights[0])
+        assert out.shape == (x.shape[0], weights[0].shape[0])
+        return getattr(fn, "fake_us", self.torch_us)
+
+    def step(self, step, replays=20):
+        outs = step()
+        return 100.0 + 4.0 * len(outs), outs
+
+    def eager(self, fn, x, weights, calls=1000):
+        fn(x, weights[0])
+        return getattr(fn, "fake_us", self.torch_us) + 20.0, 20.0
+
+    def weights(self, n, k, device):
+        return [common.randn_bf16(n, k, device=device) for _ in range(2)]
+
+
+def tune_args(tmp_path, **over):
+    args = tune.parser().parse_args([])
+    args.device_key = KEY
+    args.out = str(tmp_path / "sm90.csv")
+    args.out_det = str(tmp_path / "sm90_deterministic.csv")
+    args.summary = str(tmp_path / "summary.json")
+    args.log = str(tmp_path / "tune_log.jsonl")
+    args.workers = 0
+    for k, v in over.items():
+        setattr(args, k, v)
+    return args
+
+
+def log_lines(path):
+    return list(common.read_jsonl(str(path)))
+
+
+# -- buckets -------------------------------------------------------------------------
+def test_grid_buckets_follow_aiters_lookup_order():
+    b = tune.grid_buckets(GRID)
+    assert b[1] == [1] and b[2] == [2] and b[4] == [4] and b[8] == [8]
+    assert b[16] == [3, 5, 6, 7] + list(range(9, 17))  # M=3 rounds up to 16 before the power of two
+    assert b[32] == list(range(17, 33))
+    assert b[48] == list(range(33, 49))
+    assert b[64] == list(range(49, 65))
+    assert b[96] == list(range(81, 97))
+    assert b[128] == list(range(65, 81)) + list(range(97, 129))
+    every = sorted(x for members in b.values() for x in members)
+    assert every == list(range(1, 129))
+
+
+def test_served_by_matches_the_table_lookup():
+    for x in range(1, 200):
+        got = tune.served_by(x, GRID)
+        expect = next((c for c in m_candidates(x) if c in GRID), None)
+        assert got == expect
+
+
+@pytest.mark.parametrize("fast,pins", [
+    (set(GRID) - {48}, [48]),       # 33..48 would round up to the M=64 row
+    (set(GRID) - {64}, []),         # 49..64 go to torch anyway
+    (set(GRID) - {4}, [4]),         # M=4 would go to the M=16 row
+    (set(GRID) - {16}, [16]),       # M=3 would go to the M=4 row, 5..7 to M=8
+    (set(GRID) - {96}, [96]),       # 81..96 would round up to M=128
+    (set(GRID) - {128}, []),
+    (set(), []),
+])
+def test_torch_pins(fast, pins):
+    assert tune.torch_pins(GRID, fast) == pins
+
+
+def test_with_pins_every_fast_row_serves_exactly_its_checked_bucket():
+    rng = random.Random(1234)
+    nominal = tune.grid_buckets(GRID)
+    for _ in range(300):
+        fast = {m for m in GRID if rng.random() < 0.6}
+        pins = tune.torch_pins(GRID, fast)
+        assert not set(pins) & fast
+        present = fast | set(pins)
+        for x in range(1, 257):
+            r = tune.served_by(x, present)
+            if r in fast:
+                assert x in nominal[r], (sorted(fast), pins, x, r)
+
+
+def test_shape_order_puts_decode_sizes_and_the_first_k_first():
+    order = tune.shape_order([1, 64, 32], [1024, 512], [7168, 4096])
+    assert order[:4] == [(1, 512, 7168), (32, 512, 7168), (1, 1024, 7168), (32, 1024, 7168)]
+    assert order[4][2] == 4096 and all(m <= 32 for m, _, _ in order[:8])
+    assert all(m == 64 for m, _, _ in order[8:])
+
+
+# -- arguments -----------------------------------------------------------------------
+def test_tune_defaults():
+    a = tune.parser().parse_args([])
+    assert a.m == [1, 2, 4, 8, 16, 32, 48, 64, 96, 128]
+    assert a.n == [512, 1024, 2048, 2560] and a.k == [7168, 4096]
+    assert a.min_gain == 0.02 and tune.parse_caps(a.max_per_backend) == {"cutedsl": 4}
+    a = tune.parser().parse_args(["--k", "4096", "--budget-s", "300", "--max-per-backend", "cutedsl=2", "x=1"])
+    assert a.k == [4096] and a.budget_s == 300 and tune.parse_caps(a.max_per_backend) == {"cutedsl": 2, "x": 1}
+    with pytest.raises(ValueError):
+        tune.parse_caps(["cutedsl"])
+
+
+def test_bench_arguments_and_m_ranges():
+    a = bench.parser().parse_args([])
+    assert a.m == list(range(1, 33)) + list(range(40, 129, 8))
+    assert a.k == [7168, 4096] and a.det_m == list(range(1, 33)) and a.det_k == [7168]
+    assert a.eager_m == [1, 8, 32] and a.decode_m == [1, 4, 8, 32] and a.layers == 61
+    a = bench.parser().parse_args(["--m", "1-4,16", "--eager", "--decode-seq", "--peer-k", "7168"])
+    assert a.m == [1, 2, 3, 4, 16] and a.eager and a.decode_seq and a.peer_k == [7168]
+    assert common.parse_ints("40-64:8,1") == [1, 40, 48, 56, 64]
+    for bad in ("0-3", "5-2", "1-4:0"):
+        with pytest.raises(ValueError):
+            common.parse_ints(bad)
+
+
+# -- rows ----------------------------------------------------------------------------
+def _pick(us, backend="fast", kernel="k_fast", det=False):
+    return tune.Pick(backend, "triton", kernel, us, 1e-6, 0.0, 4, det)
+
+
+def test_rows_round_trip_through_the_table_parser():
+    results = [
+        tune.ShapeResult(1, 1024, 7168, 10.0, [1], _pick(7.0), _pick(8.0, "det", "k_det", True)),
+        tune.ShapeResult(2, 1024, 7168, 10.0, [2], _pick(9.9), _pick(9.81, "det", "k_det", True)),
+        tune.ShapeResult(16, 1024, 7168, 10.0, [3, 16], _pick(9.0), None),
+    ]
+    fast = tune.build_rows(results, KEY, [1, 2, 16], 0.02, deterministic=False)
+    det = tune.build_rows(results, KEY, [1, 2, 16], 0.02, deterministic=True)
+    # M=2: 9.9 us is only 1% under torch: no fast row; 9.81 * 1.02 = 10.006 > 10: no det row either.
+    # Without a row M=2 would round up to the M=16 kernel: a torch row keeps it on torch.
+    assert [(r.M, r.libtype, r.kernelName) for r in fast] == \
+        [(1, "triton", "k_fast"), (2, "torch", ""), (16, "triton", "k_fast")]
+    assert [(r.M, r.libtype, r.kernelName) for r in det] == [(1, "triton", "k_det")]
+    for rows in (fast, det):
+        back = parse_csv(format_rows(rows), "t.csv")
+        assert [dataclasses.replace(r, source="") for r in back] == rows
+    r = fast[0]
+    assert (r.gfx, r.cu_num, r.N, r.K, r.dtype, r.outdtype, r.splitK, r.us) == \
+        ("sm90", 132, 1024, 7168, "torch.bfloat16", "torch.float32", 4, 7.0)
+    assert r.tflops == round(2 * 1 * 1024 * 7168 / 7.0 / 1e6, 3)
+
+
+def test_a_dropped_row_that_would_leak_becomes_a_torch_pin():
+    res = [tune.ShapeResult(m, 512, 7168, 10.0, tune.grid_buckets(GRID)[m], _pick(8.0 if m != 48 else 9.95), None)
+           for m in GRID]
+    rows = tune.build_rows(res, KEY, GRID, 0.02, deterministic=False)
+    pins = [r for r in rows if r.libtype == "torch"]
+    assert [(r.M, r.kernelName, r.us) for r in pins] == [(48, "", 10.0)]
+    assert parse_csv(format_rows(rows), "t.csv")[6].libtype == "torch"
+    no_pin = tune.build_rows(res, KEY, GRID, 0.02, deterministic=False, pin_torch=False)
+    assert all(r.libtype == "triton" for r in no_pin) and len(no_pin) == len(GRID) - 1
+
+
+def test_cutedsl_compile_count_covers_every_exact_m_served():
+    rows = [TunedRow("sm90", 132, m, 1024, 7168, False, "torch.bfloat16", "torch.float32", False, False, "cutedsl",
+                     0, 0, 1.0, "t", 0.0, 0.0, 0.0) for m in (1, 16, 32)]
+    assert tune.cutedsl_compiles(rows, GRID) == 1 + 12 + 16
+
+
+# -- the tuner loop, on CPU ------------------------------------------------------------
+def fakes():
+    fast = FakeBackend("fast", "triton", {"bf16_fastest": 1.0, "lowbad_fast": 2.0, "big_only": 2.5,
+                                          "plain_a": 4.0, "plain_b": 5.0})
+    det = FakeBackend("det", "triton", {"flaky_det": 3.0, "det_a": 6.0, "det_b": 7.0}, det=True)
+    gone = FakeBackend("gone", "cutedsl", {"never": 0.1}, ok=False)
+    return fast, det, gone
+
+
+def test_tuner_picks_the_fastest_exact_kernel_valid_for_its_whole_bucket(tmp_path, capsys):
+    fast, det, gone = fakes()
+    args = tune_args(tmp_path, m=[1, 2, 4, 8, 16, 32], n=[32, 64], k=[64, 128])
+    assert tune.run(args, backends=[fast, det, gone], device=torch.device("cpu"), timer=FakeTimer(10.0)) == 0
+    rows = {(r.M, r.N, r.K): r for r in parse_csv(open(args.out).read(), args.out)}
+    drows = {(r.M, r.N, r.K): r for r in parse_csv(open(args.out_det).read(), args.out_det)}
+    assert len(rows) == len(drows) == 6 * 2 * 2
+    for (m, n, k), r in rows.items():
+        # bf16_fastest is rejected (bf16 rounding); lowbad_fast is exact at M >= 8 only, so it may serve only
+        # the rows whose bucket starts at 8 or above (not M=16: its bucket starts at 3); big_only takes M >= 9
+        # only. flaky_det is exact but not repeatable: it stays a candidate for the fast table.
+        if m in (8, 32):
+            assert (r.kernelName, r.us) == ("lowbad_fast", 2.0), (m, r)
+        else:
+            assert (r.kernelName, r.us) == ("flaky_det", 3.0), (m, r)
+        assert r.libtype == "triton"
+    # flaky_det claims determinism but does not repeat: det_a (6 us) is the deterministic pick.
+    assert {r.kernelName for r in drows.values()} == {"det_a"}
+    recs = log_lines(args.log)
+    assert any(r.get("kernel") == "bf16_fastest" and r.get("status") == "rejected" for r in recs)
+    assert any(r.get("kernel") == "flaky_det" and r.get("status") == "not_repeatable" for r in recs)
+    assert any(r.get("kernel") == "big_only" and r.get("status") == "unsupported" and r["M"] == 16 for r in recs)
+    assert any(r.get("event") == "backend" and r["backend"] == "gone" and not r["available"] for r in recs)
+    assert any(r.get("phase") == "verify M=3" and r.get("status") == "rejected" for r in recs)
+    summary = json.load(open(args.summary))
+    assert summary["stopped"] is None and summary["missing_shapes"] == [] and summary["rows"] == 24
+    out = capsys.readouterr().out
+    assert "UNAVAILABLE: no such library here" in out and "wrote 24 rows" in out
+
+
+def test_tuner_writes_no_row_where_torch_wins(tmp_path):
+    fast, det, _ = fakes()
+    args = tune_args(tmp_path, m=[1, 8, 16], n=[32], k=[64])
+    tune.run(args, backends=[fast, det], device=torch.device("cpu"), timer=FakeTimer(2.05))
+    rows = parse_csv(open(args.out).read(), args.out)
+    # M=8 (serving only 8 with this grid): lowbad_fast at 2.0 us beats 2.05 by 2.5%: a row. M=1: the best
+    # exact kernel (flaky_det, 3.0 us) loses: no row. M=16 serves 2-7 and 9-16: lowbad_fast fails at M=2,
+    # the rest lose to torch; without a row, M=5-7 would round up to the M=8 kernel: a torch row.
+    assert [(r.M, r.libtype, r.kernelName) for r in rows] == [(8, "triton", "lowbad_fast"), (16, "torch", "")]
+    assert parse_csv(open(args.out_det).read(), args.out_det) == []
+
+
+def test_tuner_budget_stops_cleanly_and_keeps_finished_shapes(tmp_path):
+    fast, det, _ = fakes()
+    args = tune_args(tmp_path, m=[1, 2, 4, 8], n=[32], k=[64], budget_s=0.25)
+    tune.run(args, backends=[fast, det], device=torch.device("cpu"), timer=FakeTimer(10.0, sleep=0.01))
+    summary = json.load(open(args.summary))
+    assert summary["stopped"] and summary["missing_shapes"] and summary["shapes"]
+    done = {(s["M"], s["N"], s["K"]) for s in summary["shapes"]}
+    rows = parse_csv(open(args.out).read(), args.out)
+    assert {(r.M, r.N, r.K) for r in rows if r.libtype != "torch"} <= done
+    assert log_lines(args.log)[-1]["event"] == "end"
+
+
+def test_tuner_log_can_be_gzipped(tmp_path):
+    fast, det, _ = fakes()
+    args = tune_args(tmp_path, m=[4], n=[32], k=[64], log=str(tmp_path / "log.jsonl.gz"))
+    tune.run(args, backends=[fast, det], device=torch.device("cpu"), timer=FakeTimer(10.0))
+    with gzip.open(args.log, "rt") as f:
+        assert any(json.loads(line).get("phase") == "final" for line in f)
+
+
+# -- bench ---------------------------------------------------------------------------------
+def test_picks_from_a_tune_log(tmp_path):
+    fast, det, _ = fakes()
+    path = tmp_path / "log.jsonl"
+    lines = [
+        {"m": 1, "n": 32, "cfg": "old-format", "us": 0.1},  # the previous tuner's lines are ignored
+        {"event": "candidate", "phase": "screen", "status": "ok", "M": 16, "N": 32, "K": 64, "backend": "fast",
+         "kernel": "plain_b", "us": 3.0},
+        {"event": "candidate", "phase": "final", "status": "ok", "M": 16, "N": 32, "K": 64, "backend": "fast",
+         "kernel": "plain_a", "us": 4.0},
+        {"event": "candidate", "phase": "final", "status": "ok", "M": 16, "N": 32, "K": 64, "backend": "fast",
+         "kernel": "plain_b", "us": 4.5},
+        {"event": "candidate", "phase": "check", "status": "rejected", "M": 32, "N": 32, "K": 64, "backend": "fast",
+         "kernel": "bf16_fastest"},
+        {"event": "candidate", "phase": "final", "status": "ok", "M": 32, "N": 32, "K": 64, "backend": "fast",
+         "kernel": "big_only", "us": 2.5},
+    ]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n{\"truncated")
+    p = bench.Picks.load([str(path)], [fast, det])
+    assert p.choose(fast, 3, 32, 64)[1:] == ("plain_a", "tuned at M=16")   # final beats screen
+    assert p.choose(fast, 20, 32, 64)[1:] == ("big_only", "tuned at M=32")
+    # M=1 rounds up to 16 like aiter's lookup; M=40 reaches no tuned M: the first candidate that fits.
+    assert p.choose(fast, 1, 32, 64)[1:] == ("plain_a", "tuned at M=16")
+    assert p.choose(fast, 40, 32, 64)[1:] == ("bf16_fastest", "first candidate")
+    assert p.choose(det, 16, 32, 64)[1:] == ("flaky_det", "first candidate")
+    csv = tmp_path / "t.csv"
+    csv.write_text(format_rows([TunedRow("sm90", 132, 8, 32, 64, False, "torch.bfloat16", "torch.float32", False,
+                                         False, "triton", 0, 2, 1.0, "det_b", 0.0, 0.0, 0.0)]))
+    p = bench.Picks.load([str(csv)], [fast, det])
+    assert p.choose(det, 8, 32, 64)[1:] == ("det_b", "tuned at M=8")
+    assert p.choose(fast, 8, 32, 64)[2] == "first candidate"  # det_b is not a kernel of "fast"
+
+
+@pytest.fixture
+def router_without_backends(monkeypatch):
+    """The real router, with no fast backend (CPU tensors stay on torch in any case)."""
+    from sglang_fp32gemm import backends as B
+
+    monkeypatch.setattr(B, "default_backends", lambda: {})
+    monkeypatch.setattr(B, "all_backends", lambda: [], raising=False)
+
+
+def test_bench_every_mode_on_cpu_writes_what_targets_reads(tmp_path, capsys, router_without_backends):
+    fast = FakeBackend("triton", "triton", {"plain_a": 4.0})
+    cute = FakeBackend("cutedsl", "cutedsl", {"t0": 5.0}, det=True)
+    out = tmp_path / "out"
+    argv = ["--graph", "--deterministic", "--eager", "--decode-seq", "--m", "1,2", "--n", "32", "--k", "64",
+            "--det-m", "1", "--det-k", "64", "--seq-k", "64", "--eager-m", "1", "--eager-n", "32", "--eager-runs", "2",
+            "--eager-calls", "3", "--fallback-m", "5", "--decode-m", "2", "--decode-n", "32", "--layers", "3",
+            "--out-dir", str(out)]
+    assert bench.main(argv, backends=[fast, cute], device=torch.device("cpu"), timer=FakeTimer(9.0)) == 0
+    g = json.load(open(out / "bench.json"))
+    assert g["mode"] == "graph" and g["args"] == argv and g["argv"] and g["versions"]["torch"] == torch.__version__
+    r = g["results"][0]
+    assert r["us"] == {"torch": 9.0, "routed": 9.0, "triton": 4.0, "cutedsl": 5.0}
+    assert r["route"] and all(v <= 1e-5 for v in r["rel_err"].values()) and all(r["allclose"].values())
+    assert r["kernel"] == {"triton": "plain_a", "cutedsl": "t0"}
+    d = json.load(open(out / "bench_det.json"))
+    assert d["mode"] == "deterministic" and d["results"][0]["repeatable"]["routed"] is True
+    e = json.load(open(out / "bench_eager.json"))["results"]
+    assert [x["kind"] for x in e] == ["routed", "fallback"] and e[1]["M"] == 5 and e[1]["added_us"] == 0.0
+    assert set(e[0]["us"]) == {"torch", "routed", "hooked", "triton", "cutedsl"}
+    dec = json.load(open(out / "bench_decode.json"))["results"][0]
+    assert dec["layers"] == 3 and dec["add_per_layer_us"]["triton"] == 4.0  # (100 + 4*3 - 100) / 3
+    assert dec["note"]["triton+pdl"] == "bind() takes no pdl argument"
+    for name in ("bench.md", "bench_det.md", "bench_eager.md", "bench_decode.md"):
+        assert (out / name).read_text().startswith("# ")
+    text = capsys.readouterr().out
+    assert text.rstrip().splitlines()[-1].startswith("precision:")  # the summary comes last
+    verdicts = targets.check(targets.load([str(out)]))
+    assert {v.status for v in verdicts} <= {"PASS", "FAIL", "NODATA"}
+    assert next(v for v in verdicts if v.name.startswith("every result")).status == "PASS"
+
+
+# -- targets ---------------------------------------------------------------------------------
+def synthetic(tmp_path, *, slow=None, imprecise=None, eager_factor=1.0, fallback_add=0.4, decode_add=5.2):
+    """Bench JSON files that meet every target, except what the arguments break."""
+    graph = []
+    for k in (7168, 4096):
+        for n in targets.NS:
+            for m in list(range(1, 33)) + [48, 64, 128]:
+                peer = {512: 5.0, 1024: 6.0, 2048: 9.0, 2560: 11.2}[n]
+                routed = 0.94 * peer
+                rec = {"M": m, "N": n, "K": k, "route": "triton",
+                       "us": {"torch": peer * 1.3, "routed": routed, "triton": peer, "cutedsl": peer + 0.2},
+                       "rel_err": {"torch": 2e-6, "routed": 1e-6}, "allclose": {"torch": True, "routed": True}}
+                if (m, n, k) == slow:
+                    rec["us"]["routed"] = 20.0
+                if (m, n, k) == imprecise:
+                    rec["rel_err"]["routed"] = 3e-3
+                graph.append(rec)
+    det = [{"M": m, "N": n, "K": 7168, "route": "cutedsl", "us": {"torch": 9.0, "routed": 6.0, "cutedsl": 6.02},
+            "rel_err": {"routed": 1e-6}, "allclose": {"routed": True}, "repeatable": {"routed": True}}
+           for n in targets.NS for m in range(1, 33)]
+    eager = [{"M": m, "N": n, "K": 7168, "kind": "routed", "us": {"torch": 20.0, "routed": 20.0 * eager_factor},
+              "rel_err": {}, "allclose": {}} for n in (1024, 2560) for m in (1, 8, 32)]
+    eager += [{"M": 200, "N": n, "K": 7168, "kind": "fallback", "us": {"direct": 20.0, "fallback": 20.0 + fallback_add},
+               "added_us": fallback_add, "rel_err": {}, "allclose": {}} for n in (1024, 2560)]
+    decode = [{"M": 4, "N": 1024, "K": 7168, "add_per_layer_us": {"torch": 8.5, "routed": decode_add},
+               "rel_err": {"routed": 1e-6}, "allclose": {"routed": True}}]
+    for name, mode, res in (("bench.json", "graph", graph), ("bench_det.json", "deterministic", det),
+                            ("bench_eager.json", "eager", eager), ("bench_decode.json", "decode", decode)):
+        (tmp_path / name).write_text(json.dumps({"mode": mode, "results": res}))
+    (tmp_path / "fuzz.json").write_text(json.dumps({"summary": {"cases": 300, "failures": 0, "max_rel_err": 5e-6}}))
+    return str(tmp_path)
+
+
+def statuses(path):
+    return {v.name.split(",")[0].split(" (")[0]: v.status for v in targets.check(targets.load([path]))}
+
+
+def test_targets_all_pass_on_a_run_that_meets_them(tmp_path, capsys):
+    path = synthetic(tmp_path)
+    assert set(statuses(path).values()) == {"PASS"}
+    assert targets.main([path]) == 0
+    out = capsys.readouterr().out
+    assert not [line for line in out.splitlines() if line.startswith(("FAIL", "NODATA"))]
+    assert out.rstrip().endswith("targets: 10 PASS, 0 FAIL, 0 NODATA")
+
+
+def test_targets_fail_with_the_numbers(tmp_path, capsys):
+    path = synthetic(tmp_path, slow=(4, 1024, 7168), imprecise=(64, 2048, 4096), eager_factor=1.2,
+                     fallback_add=1.6, decode_add=6.1)
+    assert targets.main([path]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL   routed <= 0.95x min(cutedsl, triton alone)" in out
+    assert "M=4 N=1024: routed 20.00 us > 0.95 x triton 6.00 = 5.70" in out
+    assert "FAIL   routed <= 6.0 us at N=1024" in out
+    assert "M=4 N=1024 K=7168: routed 20.00 > torch 7.80" in out
+    assert "graph M=64 N=2048 K=4096 routed: rel. error 0.003" in out
+    assert "eager routed 24.00 us > 1.05 x torch 20.00" in out
+    assert "adds 1.60 us" in out
+    assert "routed adds 6.10 us per layer" in out
+    assert "PASS   deterministic routed" in out
+
+
+def test_targets_nodata_when_a_shape_or_column_is_missing(tmp_path):
+    path = synthetic(tmp_path)
+    g = json.load(open(os.path.join(path, "bench.json")))
+    g["results"] = [r for r in g["results"] if not (r["M"] == 7 and r["N"] == 512)]
+    for r in g["results"]:
+        r["us"].pop("cutedsl")
+    (tmp_path / "bench.json").write_text(json.dumps(g))
+    os.remove(os.path.join(path, "bench_decode.json"))
+    s = statuses(path)
+    assert s["routed <= 0.95x min(cutedsl"] == "NODATA"
+    assert s["decode sequence N=1024 M=4: the routed call adds <= 5.5 us per layer"] == "NODATA"
+    assert targets.main([path]) == 1
+
+
+def test_targets_deterministic_fails_when_not_repeatable_or_slower(tmp_path):
+    path = synthetic(tmp_path)
+    d = json.load(open(os.path.join(path, "bench_det.json")))
+    d["results"][0]["repeatable"]["routed"] = False
+    d["results"][1]["us"]["routed"] = 6.2  # 3% over cutedsl's 6.02
+    (tmp_path / "bench_det.json").write_text(json.dumps(d))
+    v = next(v for v in targets.check(targets.load([path])) if v.name.startswith("deterministic"))
+    assert v.status == "FAIL" and len(v.misses) == 2
+    assert any("not bitwise repeatable" in m for m in v.misses)
+
+
+def test_check_fn_catches_wrong_rounded_and_nonfinite_results():
+    cpu = torch.device("cpu")
+    good = common.check_fn(lambda x, w: x.float() @ w.float().t(), 4, 32, 256, cpu, repeat=2)
+    assert good["ok"] and good["repeatable"] and good["rel_err"] < 1e-6
+    rounded = common.check_fn(lambda x, w: (x.float() @ w.float().t()).bfloat16().float(), 4, 32, 256, cpu)
+    assert not rounded["ok"] and rounded["rel_err"] > 1e-4
+    nan = common.check_fn(lambda x, w: torch.full((x.shape[0], w.shape[0]), float("nan")), 4, 32, 256, cpu)
+    assert not nan["ok"] and not nan["finite"]
+    shape = common.check_fn(lambda x, w: torch.zeros(1, 1), 4, 32, 256, cpu)
+    assert not shape["ok"] and "expected fp32 [4, 32]" in shape["error"]
