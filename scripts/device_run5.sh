@@ -7,7 +7,7 @@
 # Comes back under $OUT (7 files): sm90.csv sm90_deterministic.csv tune_log.jsonl.gz
 #   bench.json bench.md bench.png (if matplotlib) logs.tar.gz (versions, pytest, tune and bench
 #   output, tune summary, explain).
-# Worst case by the timeouts: ~10 + 10 + 60 + 310 + 180 + 10 s = 580 s.
+# Worst case by the timeouts: ~10 + 10 + 90 + 290 + 160 + 10 s = 570 s.
 set -uo pipefail
 T0=$(date +%s)
 say() { echo "== [$(( $(date +%s) - T0 ))s] $*"; }
@@ -35,11 +35,11 @@ for b in common.all_backends():
 cat $L/versions.txt | grep -v '^ *"\(python\|hip\|sms\|l2_bytes\|sglang\)"'
 
 say "GPU tests"
-timeout -k 5 60 python3 -m pytest -q -p no:cacheprovider $(ls tests/test_*gpu*.py) > $L/pytest_gpu.txt 2>&1
+timeout -k 5 90 python3 -m pytest -q -x -p no:cacheprovider $(ls tests/test_*gpu*.py) > $L/pytest_gpu.txt 2>&1
 echo "pytest rc=$?"; tail -n 6 $L/pytest_gpu.txt
 
-say "tune: every backend, M 1..128, N 512/1024/2048/2560, K 7168 then 4096 (budget 280 s)"
-timeout -k 10 310 python3 -m sglang_fp32gemm tune --budget-s 280 --out $OUT/sm90.csv \
+say "tune: every backend, M 1..128, N 512/1024/2048/2560, K 7168 then 4096 (budget 260 s)"
+timeout -k 10 290 python3 -m sglang_fp32gemm tune --budget-s 260 --out $OUT/sm90.csv \
   --out-det $OUT/sm90_deterministic.csv --summary $L/tune_summary.json --log $L/tune_log.jsonl > $L/tune.txt 2>&1
 echo "tune rc=$?"; grep -v '^\[' $L/tune.txt | tail -n 14 | cut -c1-200
 gzip -c $L/tune_log.jsonl > $OUT/tune_log.jsonl.gz
@@ -56,7 +56,7 @@ SGLANG_ENABLE_FLYDSL_FP32_GEMM=1 timeout 60 python3 -m sglang_fp32gemm explain -
 echo "explain rc=$?"
 
 say "bench: graph, M 1-32, K 7168, every N, a column per backend"
-timeout -k 10 180 python3 -m sglang_fp32gemm bench --graph --m 1-32 --k 7168 --tune-log $L/tune_log.jsonl \
+timeout -k 10 160 python3 -m sglang_fp32gemm bench --graph --m 1-32 --k 7168 --tune-log $L/tune_log.jsonl \
   --out-dir $L/bench > $L/bench.txt 2>&1
 echo "bench rc=$?"
 for f in bench.json bench.md bench.png; do [ -f $L/bench/$f ] && cp $L/bench/$f $OUT/; done

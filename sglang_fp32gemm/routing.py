@@ -268,7 +268,7 @@ class Router:
         row = self.config.det_table.lookup(dev, m, n, k) if det else None
         row = row or self.config.table.lookup(dev, m, n, k)
         if row is None:
-            return Plan(None, None, None, f"no tuned row for {dev} M={m} N={n} K={k}")
+            return Plan(None, None, None, f"no tuned row for {dev} N={n} K={k} at this M")
         candidates = self.backends.get(row.libtype)
         if not candidates:
             return Plan(None, None, row, f"row {row.source}: libtype {row.libtype} is served by torch")

@@ -54,7 +54,7 @@ HEADER = (
 KEY_COLUMNS = HEADER[:10]
 # libtypes aiter writes; only the last two are served by a fast backend here,
 # the rest name a library this plugin leaves to torch.
-KNOWN_LIBTYPES = frozenset({"hipblaslt", "rocblas", "asm", "skinny", "torch", "flydsl", "triton"})
+KNOWN_LIBTYPES = frozenset({"hipblaslt", "rocblas", "asm", "skinny", "torch", "flydsl", "triton", "cutedsl"})
 DTYPES = frozenset({"torch.bfloat16", "torch.float16", "torch.float32"})
 M_BUCKET_LIMIT = 256  # aiter rounds M up to a multiple of 16 only up to here
 
@@ -194,7 +194,7 @@ def parse_csv(text: str, name: str) -> list[TunedRow]:
             bw=_parse_float(f["bw"], where, "bw") if f["bw"] else 0.0,
             source=where,
         )
-        if row.libtype in ("flydsl", "triton") and not row.kernelName:
+        if row.libtype in ("flydsl", "triton", "cutedsl") and not row.kernelName:
             raise ConfigError(f"{where}: libtype {row.libtype!r} needs a kernelName")
         if row.key in seen:
             raise ConfigError(f"{where}: duplicate key {row.key} (first at line {seen[row.key]})")

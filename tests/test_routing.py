@@ -175,7 +175,7 @@ def test_untuned_m_falls_back_without_parsing_or_binding(make_bf16):
     fake = ExactFake()
     r = make_router([fake], shapes=SHAPES)
     x, w = make_bf16(40, K), make_bf16(N, K)
-    reason = f"no tuned row for {FAKE_KEY} M=40 N={N} K={K}"
+    reason = f"no tuned row for {FAKE_KEY} N={N} K={K} at this M"
     assert_fp32_close(r.call(x, w), x, w)
     assert r.describe_call(x, w) == ("torch", reason)
     assert fake.setup_calls == {} and fake.runs == 0
@@ -656,11 +656,11 @@ def test_each_fallback_reason_is_logged_once(caplog, make_bf16):
     for m in (1, 2, 4):
         assert msgs.count(f"sglang-fp32gemm: M={m} N={N} K={K} on cpu uses torch: row {_line(m)}: {why}") == 1
     assert msgs.count(f"sglang-fp32gemm: M=40 N={N} K={K} on cpu uses torch: "
-                      f"no tuned row for {FAKE_KEY} M=40 N={N} K={K}") == 1
+                      f"no tuned row for {FAKE_KEY} N={N} K={K} at this M") == 1
     assert len(msgs) == 5, msgs
     assert gone.calls["available"] == 1 and picky.calls["supports"] == 3  # once per resolved M
     assert r.counters() == {**{("torch", f"row {_line(m)}: {why}"): 3 for m in (1, 2, 4)},
-                            ("torch", f"no tuned row for {FAKE_KEY} M=40 N={N} K={K}"): 3}
+                            ("torch", f"no tuned row for {FAKE_KEY} N={N} K={K} at this M"): 3}
 
 
 def test_hot_path_fallback_reasons_are_logged_once(caplog, make_bf16):
@@ -701,8 +701,7 @@ def test_counters_per_kernel_and_fallback_reason(make_bf16):
     expect = {
         ("fast", FAKE_KERNEL): 3,   # M=1, 4 and the selected csa layer
         ("fast", OTHER_KERNEL): 3,  # M=3 (the M=16 row), 8, 8
-        ("torch", f"no tuned row for {FAKE_KEY} M=40 N={N} K={K}"): 1,
-        ("torch", f"no tuned row for {FAKE_KEY} M=50 N={N} K={K}"): 1,
+        ("torch", f"no tuned row for {FAKE_KEY} N={N} K={K} at this M"): 2,  # M=40 and 50: one reason
         ("torch", M_RANGE): 1,
         ("torch", NOT_2D_BF16): 2,
         ("torch", "layer not selected"): 1,

@@ -288,18 +288,25 @@ def test_routed_decode_sequence_under_graph_replay_equals_eager(monkeypatch):
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
-            eager = step()
+            eager = step()  # resolves, binds and probes every route before capture
         torch.cuda.synchronize()
-        assert router.decide(x, ws[1024]).route == "triton"
+        for o, (n, _) in zip(eager, seq):
+            check_exact(o, x, ws[n])
+        routes = {n: router.describe_call(x, ws[n])[0] for n in ws}
+        assert all(r != "torch" for r in routes.values()), routes
+        router.reset_counters()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, stream=s):
             outs = step()
+        # Every captured call went to a fast kernel, none to a fallback.
+        counted = router.counters()
+        assert sum(counted.values()) == 61 and not any(r == "torch" for r, _ in counted), counted
         for _ in range(3):
             x.copy_(torch.randn_like(x))
             g.replay()
             torch.cuda.synchronize()
             for o, (n, _) in zip(outs, seq):
-                torch.testing.assert_close(o.double(), ts.reference(x, ws[n]), atol=1e-2, rtol=1e-4)
+                check_exact(o, x, ws[n])
         assert len(eager) == 61
     finally:
         monkeypatch.delenv("SGLANG_ENABLE_FLYDSL_FP32_GEMM")

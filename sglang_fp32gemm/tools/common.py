@@ -29,29 +29,16 @@ N_DSV4 = (512, 1024, 2048, 2560)
 
 # -- backends ------------------------------------------------------------------
 def all_backends() -> list:
-    """Every backend of the package (available or not), in the package's order."""
+    """Every backend of the package (available or not), in routing order."""
     from sglang_fp32gemm import backends as B
 
-    if hasattr(B, "all_backends"):
-        return list(B.all_backends())
-    seen, out = set(), []
-    for group in B.default_backends().values():
-        for b in group:
-            if id(b) not in seen:
-                seen.add(id(b))
-                out.append(b)
-    return out
+    return B.all_backends()
 
 
 def backend_by_name(name: str):
     from sglang_fp32gemm import backends as B
 
-    if hasattr(B, "by_name"):
-        return B.by_name(name)
-    for b in all_backends():
-        if b.name == name:
-            return b
-    raise KeyError(f"no backend named {name!r}")
+    return B.by_name(name)
 
 
 def available(b) -> tuple[bool, str]:
@@ -63,8 +50,7 @@ def available(b) -> tuple[bool, str]:
 
 
 def is_deterministic(b, cfg) -> bool:
-    d = getattr(b, "deterministic", False)
-    return bool(d(cfg)) if callable(d) else bool(d)
+    return bool(b.deterministic(cfg))
 
 
 def split_k_of(cfg) -> int:
@@ -167,36 +153,14 @@ def check_fn(fn: Callable, m: int, n: int, k: int, device, repeat: int = 0) -> d
 
 # -- routing -------------------------------------------------------------------
 def route_of(x: torch.Tensor, w: torch.Tensor) -> str:
-    """Where the routed call sends (x, w): the router's own answer, else its counters.
+    """Where the routed call sends (x, w): ``backend:kernelName`` or ``torch``.
 
-    Calls ``routing.linear_bf16_fp32`` once (outside graph capture).
+    The router's own entry for the call (resolved here, outside graph capture).
     """
     from sglang_fp32gemm import routing
 
-    router = routing.get_router()
-    decide = getattr(router, "decide", None)
-    if callable(decide):
-        try:
-            d = decide(x, w)
-            name = getattr(d, "route", None)
-            row = getattr(d, "row", None)
-            if name is not None:
-                kname = getattr(row, "kernelName", "") if row is not None else ""
-                return f"{name}:{kname}" if kname and name != "torch" else str(name)
-        except Exception:
-            pass
-    counters = getattr(router, "counters", None)
-    if callable(counters):
-        try:
-            before = dict(counters())
-            routing.linear_bf16_fp32(x, w)
-            after = dict(counters())
-            grew = [key for key, v in after.items() if v > before.get(key, 0)]
-            if grew:
-                return ";".join("|".join(map(str, key)) if isinstance(key, tuple) else str(key) for key in grew)
-        except Exception as e:
-            return f"? ({type(e).__name__})"
-    return "?"
+    route, detail = routing.get_router().describe_call(x, w)
+    return f"{route}:{detail.split(' ')[0]}" if route != "torch" else "torch"
 
 
 # -- versions, logs, lists -----------------------------------------------------
