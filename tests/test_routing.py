@@ -764,7 +764,7 @@ def test_plan_for_another_device_key_checks_no_availability():
     assert fake.calls["available"] == 0 and fake.calls["bind"] == 0
     assert r.entries() == {} and r.bound_kernels() == []
     missing = r.plan(OTHER_KEY, 16, N, K, check_available=False)
-    assert missing.backend is None and missing.reason == f"no tuned row for {OTHER_KEY} M=16 N={N} K={K}"
+    assert missing.backend is None and missing.reason == f"no tuned row for {OTHER_KEY} N={N} K={K} at this M"
     assert r.plan(None, 8, N, K).reason == "no device key"
     checked = r.plan(OTHER_KEY, 8, N, K)
     assert checked.backend is None and checked.reason == "row other.csv:2: gone: fake library missing"
