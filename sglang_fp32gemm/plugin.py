@@ -51,7 +51,13 @@ LAYERS_FLAG = "--flydsl-fp32-gemm-layers"
 # that holds a patched original.
 STATE: dict[str, Any] = {"registered": False, "linear_target": None, "compressor_target": None, "errors": []}
 _register_lock = threading.Lock()
-_bypass = threading.local()
+class _Bypass(threading.local):
+    # A class default: reading an unset thread-local through getattr(...,
+    # default) costs an exception per call on the hot path.
+    on = False
+
+
+_bypass = _Bypass()
 
 
 def _hook_registry():
@@ -135,22 +141,50 @@ def _error(msg: str) -> None:
 
 # -- the GEMM hooks ------------------------------------------------------------
 def _around_linear(original_fn: Callable, x: torch.Tensor, y: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    router = routing.get_router()
-    if getattr(_bypass, "on", False) or not router.enabled:
-        return original_fn(x, y, *args, **kwargs)
-    return routing.linear_bf16_fp32(x, y, fallback=lambda: original_fn(x, y, *args, **kwargs))
+    # The hot path: every DeepSeek-V4 compressor call of every decode step
+    # in eager mode comes through here; keep it to attribute reads, one
+    # route lookup and the launch.
+    r = routing.get_router()
+    if r.enabled and not _bypass.on:
+        if _is_compiling():
+            return routing.linear_bf16_fp32(x, y, fallback=lambda: original_fn(x, y, *args, **kwargs))
+        run = r.kernel_for(x, y)
+        if run is not None:
+            out = run(x, y)
+            if out is not None:
+                return out
+    return original_fn(x, y, *args, **kwargs)
+
+
+def _is_compiling() -> bool:
+    return torch.compiler.is_compiling()
 
 
 def _around_wkv_gate(original_fn: Callable, self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    router = routing.get_router()
-    if not router.enabled:
+    r = routing.get_router()
+    if not r.enabled:
         return original_fn(self, x, *args, **kwargs)
     fused = kwargs.get("weight", args[0] if args else None)
     weight = fused if fused is not None else getattr(getattr(self, "wkv_gate", None), "weight", None)
     if not isinstance(weight, torch.Tensor) or weight.dtype != torch.bfloat16:
         return original_fn(self, x, *args, **kwargs)  # quantized (GGUF) weights: SGLang's own path
-    info = LayerInfo.of_compressor(getattr(self, "layer_id", -1), getattr(self, "ratio", 0),
-                                   bool(getattr(self, "is_in_indexer", False)), fused is not None)
+    # Which layer this is and whether the layer file selects it: decided
+    # once per compressor module (and fused or not), kept by the router.
+    key = (id(self), fused is not None)
+    got = r.layers.get(key)
+    if got is None:
+        info = LayerInfo.of_compressor(getattr(self, "layer_id", -1), getattr(self, "ratio", 0),
+                                       bool(getattr(self, "is_in_indexer", False)), fused is not None)
+        got = r.layers[key] = (info, r.selects(info))
+    info, selected = got
+    if selected and not _is_compiling():
+        run = r.kernel_for(x, weight)
+        if run is not None:
+            out = run(x, weight)
+            if out is not None:
+                return out
+    elif not selected:
+        r.count_unselected()
 
     def fallback() -> torch.Tensor:
         import sys
@@ -166,7 +200,9 @@ def _around_wkv_gate(original_fn: Callable, self: Any, x: torch.Tensor, *args: A
         finally:
             _bypass.on = False
 
-    return routing.linear_bf16_fp32(x, weight, layer=info, fallback=fallback)
+    if selected and _is_compiling():
+        return routing.linear_bf16_fp32(x, weight, layer=info, fallback=fallback)
+    return fallback()
 
 
 # -- the launch flags --------------------------------------------------------

@@ -111,6 +111,8 @@ class Router:
         self._logged: set[str] = set()
         self._other: dict[tuple[str, str], "itertools.count"] = {}
         self._retired: list[tuple[tuple[str, str], int]] = []
+        #: The plugin's per-compressor-module cache: key -> (LayerInfo, selected).
+        self.layers: dict[Any, tuple[LayerInfo, bool]] = {}
         self.config: Optional[config_mod.Config] = None
         try:
             if backends is None:
@@ -174,6 +176,9 @@ class Router:
             self._other.clear()
             self._retired.clear()
 
+    def count_unselected(self) -> None:
+        self._count_other("torch", "layer not selected")
+
     def selects(self, layer: Optional[LayerInfo]) -> bool:
         return layer is None or (self.config is not None and self.config.selection.selects(layer))
 
@@ -184,13 +189,17 @@ class Router:
         The returned callable gives the fp32 product, or None if the kernel
         raised (it is then disabled and the caller takes the fallback).
         """
-        if x.dtype is not _BF16 or w.dtype is not _BF16 or x.dim() != 2 or w.dim() != 2:
+        try:
+            if x.dtype is not _BF16 or w.dtype is not _BF16:
+                raise ValueError
+            m, k = x.shape  # ValueError unless 2-D
+            n, kw = w.shape
+        except ValueError:
             self._count_other("torch", "not a 2-D bf16 x bf16 call")
             return None
-        m, k = x.shape
-        n, kw = w.shape
         dev = x.get_device()
-        if kw != k or not 0 < m <= MAX_M or x.stride(1) != 1 or not w.is_contiguous() or w.get_device() != dev:
+        if kw != k or not 0 < m <= MAX_M or not (x.is_contiguous() or x.stride(1) == 1) \
+                or not w.is_contiguous() or w.get_device() != dev:
             self._count_other("torch", _shape_reason(x, w))
             return None
         route = self._routes.get((dev, n, k))
@@ -204,7 +213,7 @@ class Router:
              fallback: Optional[Callable[[], torch.Tensor]] = None) -> torch.Tensor:
         if self.enabled:
             if layer is not None and not self.selects(layer):
-                self._count_other("torch", "layer not selected")
+                self.count_unselected()
             else:
                 run = self.kernel_for(x, w)
                 if run is not None:
