@@ -389,8 +389,8 @@ class Router:
             return "torch", "not a 2-D bf16 x bf16 call"
         m, k = x.shape
         n, kw = w.shape
-        if kw != k or not 0 < m <= MAX_M or x.stride(1) != 1 or not w.is_contiguous() \
-                or w.get_device() != x.get_device():
+        if kw != k or not 0 < m <= MAX_M or not (x.is_contiguous() or x.stride(1) == 1) \
+                or not w.is_contiguous() or w.get_device() != x.get_device():
             return "torch", _shape_reason(x, w)
         e = self.resolve(x.device, m, n, k)
         return e.route, (e.detail if e.run is None else f"{e.detail} ({e.reason})")
