@@ -17,6 +17,11 @@ pip install torch==2.14.1 torchvision==0.29.1
 pip install --no-deps sglang==0.5.23
 pip install -c scripts/constraints-cpu.txt -r scripts/requirements-sglang-cpu.txt
 pip install -c scripts/constraints-cpu.txt -e ".[test]"
+# One older SGLang release for the default test run (tests/test_releases.py):
+# 0.5.20, the release of the AMD measurements, into .sglang-releases/0.5.20
+# (its own --no-deps folder; about 400 MB). The other releases:
+# scripts/setup_releases.sh.
+VENV="$VENV" bash scripts/setup_releases.sh 0.5.20
 # FlyDSL and Debian's lld: compiling our gfx950 kernel on this CPU machine.
 VENV="$VENV" bash scripts/setup_flydsl_compile.sh
 "$VENV/bin/python" -c "import sglang, torch; print('sglang', sglang.__version__, 'torch', torch.__version__)"

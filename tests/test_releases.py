@@ -1,0 +1,291 @@
+"""The plugin inside every SGLang release with DeepSeek-V4 (0.5.12 to 0.5.23), on CPU.
+
+Each release is the real wheel, installed with ``pip --no-deps --target`` into
+``.sglang-releases/<version>`` by ``scripts/setup_releases.sh`` (plus the few
+packages its import chain needs on top of .venv); 0.5.23 is the one in .venv.
+Each runs in a fresh interpreter (tests/fakes/release_probe.py) with that
+folder first on PYTHONPATH, then this worktree, so SGLang's own loader finds
+the plugin through its entry point and imports this worktree's package.
+
+By default only 0.5.23 and 0.5.20 run (setup_env.sh installs 0.5.20); the
+other releases carry the ``releases`` marker, deselected by default:
+
+    bash scripts/setup_releases.sh && .venv/bin/python -m pytest -q -m releases
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT, TESTS_DIR, subprocess_env
+
+RELEASES_DIR = Path(os.environ.get("SGLANG_RELEASES_DIR", REPO_ROOT / ".sglang-releases"))
+NEWEST = "0.5.23"   # the one in .venv
+DEFAULT_OLD = "0.5.20"  # installed by setup_env.sh; the rest are the marked job
+
+JIT_DSV4 = "sglang.jit_kernel.dsv4.gemm"
+ATTN_DSV4 = "sglang.kernels.ops.attention.dsv4.gemm"
+GEMM = "sglang.kernels.ops.gemm.bf16_fp32"
+KV = ["compute_kv_score"]
+WKV = ["_compute_wkv_gate"]
+# release -> (layout family, module defining linear_bf16_fp32, Compressor methods hooked,
+#             does SGLang's own ROCm/aiter path round the compressor GEMM to bf16)
+EXPECTED = {
+    "0.5.12": ("0.5.12", "sglang.jit_kernel.deepseek_v4", KV, False),
+    "0.5.13": ("0.5.13-0.5.14", JIT_DSV4, KV, True),
+    "0.5.14": ("0.5.13-0.5.14", JIT_DSV4, KV, True),
+    "0.5.15": ("0.5.15-0.5.16", JIT_DSV4, KV, True),
+    "0.5.16": ("0.5.15-0.5.16", JIT_DSV4, KV, True),
+    "0.5.17": ("0.5.17-0.5.18", ATTN_DSV4, KV, True),
+    "0.5.18": ("0.5.17-0.5.18", ATTN_DSV4, KV + ["prelaunch_kv_score"], True),
+    "0.5.19": ("0.5.19-0.5.20", ATTN_DSV4, WKV, True),
+    "0.5.20": ("0.5.19-0.5.20", ATTN_DSV4, WKV, True),
+    "0.5.21": ("0.5.21", GEMM, WKV, False),
+    "0.5.22": ("0.5.22-0.5.23", GEMM, WKV, True),
+    "0.5.23": ("0.5.22-0.5.23", GEMM, WKV, True),
+}
+# Modules that bind linear_bf16_fp32 with ``from ... import`` at import time (besides the compressor).
+LONGCAT = "sglang.srt.models.longcat_flash"
+DSV41 = "sglang.srt.layers.attention.dsv4.dsv41_sparse"
+
+
+def by_name_importers(version: str) -> list[str]:
+    family = EXPECTED[version][1]
+    return {JIT_DSV4: ["sglang.jit_kernel.dsv4"], ATTN_DSV4: ["sglang.kernels.ops.attention.dsv4", LONGCAT],
+            GEMM: [DSV41, LONGCAT]}.get(family, [])
+
+
+N = {"hca": 1024, "csa": 2048, "indexer": 512}
+K = 7168
+M = 4
+
+
+def _param(v: str):
+    return pytest.param(v, id=v, marks=() if v in (NEWEST, DEFAULT_OLD) else pytest.mark.releases)
+
+
+RELEASES = [_param(v) for v in EXPECTED]
+
+
+def release_pythonpath(version: str) -> str:
+    """That release's folder (and the folders its .pth files name), the worktree, tests/."""
+    parts = []
+    if version != NEWEST:
+        folder = RELEASES_DIR / version
+        if not (folder / "sglang").is_dir():
+            pytest.skip(f"SGLang {version} not installed in {folder}: run bash scripts/setup_releases.sh {version}")
+        parts.append(str(folder))
+        for pth in sorted(folder.glob("*.pth")):
+            parts += [str(folder / ln.strip()) for ln in pth.read_text().splitlines()
+                      if ln.strip() and not ln.startswith(("#", "import"))]
+    parts += [str(REPO_ROOT), str(TESTS_DIR)]
+    return os.pathsep.join(parts)
+
+
+def release_env(version: str, **extra: str) -> dict[str, str]:
+    env = subprocess_env(**extra)
+    env["PYTHONPATH"] = release_pythonpath(version)
+    return env
+
+
+_reports: dict[str, dict] = {}
+
+
+@pytest.fixture
+def report(request):
+    """The probe's report for this test's release (one subprocess per release per session)."""
+    version = request.node.callspec.params["version"]
+    if version not in _reports:
+        proc = subprocess.run([sys.executable, str(TESTS_DIR / "fakes" / "release_probe.py")], capture_output=True,
+                              text=True, timeout=600, env=release_env(version), cwd=str(REPO_ROOT))
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+        assert lines, f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+        _reports[version] = json.loads(lines[-1][len("REPORT "):])
+    rep = _reports[version]
+    assert "crash" not in rep, rep.get("traceback", rep)
+    return rep
+
+
+# -- routing observations, in one place ------------------------------------------------------------------
+def assert_routed(obs: dict, fast: list[str], slow: dict[str, int] | None = None) -> None:
+    """The fake fast backend ran for exactly the kinds in ``fast`` (plus its one probe call); every
+    other call took the exact fallback for the reasons counted in ``slow``."""
+    counters = dict(obs["counters"])
+    if fast:
+        assert counters.pop("fake|ok") == len(fast), obs
+        # The first routed call probes the backend once (same shape), then runs.
+        got = obs["fake_shapes"]
+        assert sorted(map(tuple, got[1:])) == sorted((M, N[k], K) for k in fast), obs
+        assert tuple(got[0]) == (M, N[fast[0]], K) or tuple(got[0]) in {(M, N[k], K) for k in fast}, obs
+    elif obs.get("fake_shapes") is not None:
+        assert obs["fake_shapes"] == [], obs
+    assert counters == {f"torch|{reason}": n for reason, n in (slow or {}).items()}, obs
+
+
+def assert_exact(rel: dict[str, float], tol: float = 1e-5) -> None:
+    assert set(rel) == set(N)
+    for kind, e in rel.items():
+        assert e < tol, f"{kind}: relative error {e:.3e} >= {tol:.0e}"
+
+
+# -- the tests ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("version", RELEASES)
+def test_release_is_loaded_by_sglangs_own_loader(version, report):
+    assert report["sglang"][0] == version
+    assert not report["plugin_preloaded"]
+    assert ["fp32gemm", "sglang_fp32gemm.plugin:register"] in report["eps"]
+    assert Path(report["plugin_file"]).resolve().is_relative_to(REPO_ROOT.resolve())
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_release_layout_and_hooks(version, report):
+    family, linear_module, methods, _ = EXPECTED[version]
+    lay, st = report["layout"], report["state"]
+    assert st["registered"] and st["errors"] == [], st
+    assert lay["releases"] == family and lay["sglang_version"] == version
+    assert lay["linear_module"] == linear_module and list(lay["layer_methods"]) == methods
+    assert st["linear_target"] == f"{linear_module}.linear_bf16_fp32"
+    comp = "sglang.srt.layers.attention.dsv4.compressor.Compressor"
+    assert st["layer_targets"] == [f"{comp}.{m}" for m in methods]
+    assert set(st["hooks"]) == {st["linear_target"], *st["layer_targets"],
+                                "sglang.srt.server_args.ServerArgs.add_cli_args",
+                                "sglang.srt.server_args.ServerArgs.from_cli_args"}
+    assert report["linear_hooked"] and all(report["methods_hooked"].values())
+    assert report["describe"][0] == f"SGLang {version}: release layout {family}"
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_release_rebinds_every_by_name_import(version, report):
+    h = report["holders"]
+    assert h["original"] == [], h  # no module still holds SGLang's unhooked function
+    assert "sglang.srt.layers.attention.dsv4.compressor" in h["hooked"]
+    assert report["layout"]["linear_module"] in h["hooked"]
+    assert all(m.startswith("sglang_fp32gemm") for m in h["other"]), h
+    # The package re-exports (imported before the plugin loaded) and the model modules imported after it.
+    assert set(by_name_importers(version)) <= set(h["hooked"]), h
+    assert report["twice_same"] and set(report["hook_counts"].values()) == {1}, report["hook_counts"]
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_release_compressor_layers_fp32_through_the_plugin(version, report):
+    assert report["shapes"] == {k: [n, K] for k, n in N.items()}
+    assert report["disabled"]["equal_original"] and report["disabled"]["counters"] == {}
+    assert_exact(report["all_selected"]["rel"])
+    assert_routed(report["all_selected"], ["hca", "csa", "indexer"])
+    assert report["enabled_cpu"]["equal_original"]
+    assert_exact(report["enabled_cpu"]["rel"])
+    assert_routed(report["enabled_cpu"], [], {"no tuned row": 3})
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_release_layer_selection_is_honoured(version, report):
+    assert_exact(report["kinds_exclude"]["rel"])
+    assert_routed(report["kinds_exclude"], ["indexer"], {"layer not selected": 2})
+    assert_exact(report["layer_2_only"]["rel"])
+    assert_routed(report["layer_2_only"], ["hca"], {"layer not selected": 2})
+    if "prelaunch" in report:  # 0.5.18-0.5.20: the ROCm prefill-CP prelaunch path names the layer too
+        assert_exact(report["prelaunch"]["rel"])
+        assert_routed(report["prelaunch"], ["csa"], {"layer not selected": 2})
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_release_rocm_aiter_path_gives_fp32_when_enabled(version, report):
+    rounds = EXPECTED[version][3]
+    cases = {"default": report["aiter"]}
+    if "aiter_v2_off" in report:  # 0.5.13-0.5.14: the compressor's own _tgemm (SGLANG_OPT_USE_COMPRESSOR_V2=0)
+        cases["v2_off"] = report["aiter_v2_off"]
+        assert report["tgemm_untouched_while_off"]
+        assert report["tgemm_proxy_after_calls"] == "_CompressorTgemm"
+    for name, a in cases.items():
+        worst = min(a["sglang_rel"].values())
+        if rounds:
+            assert worst > 1e-4, (name, a["sglang_rel"])  # the simulated SGLang path really rounds
+        else:
+            assert max(a["sglang_rel"].values()) < 1e-5, (name, a["sglang_rel"])
+        assert a["on_dtype"] == "torch.float32"
+        assert_exact(a["on_rel"], 1e-6)
+        assert_routed(a["on"], [], {"no tuned row": 3})
+        assert_exact(a["selected_rel"], 1e-6)  # deselected layers: the fallback is fp32 too
+        assert_routed(a["selected"], ["indexer"], {"layer not selected": 2})
+        assert a["plain_on_rel"] < 1e-6
+    if version in ("0.5.13", "0.5.14"):
+        # SGLang's compressor asks aiter for bf16 output there; the plugin gives fp32.
+        assert cases["v2_off"]["sglang_dtype"] == "torch.bfloat16"
+    if report["layout"]["linear_aiter"]:
+        assert report["aiter"]["plain_sglang_rel"] > 1e-4  # linear_bf16_fp32 itself rounds there
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_release_launch_flags_are_exported(version, report):
+    f = report["flags"]
+    assert f["model_path"] == "dummy"
+    assert f["env"] == {"SGLANG_ENABLE_FLYDSL_FP32_GEMM": "1", "SGLANG_FLYDSL_FP32_GEMM_SOURCE": "flag",
+                        "SGLANG_FLYDSL_FP32_GEMM_LAYERS": f["layers_path"]}
+    assert f["enabled"] and f["selection"] == f"{f['layers_path']}: layers=0-30 kinds=hca,csa"
+
+
+@pytest.mark.parametrize("version", [p for p in RELEASES if p.values[0] != NEWEST])  # 0.5.23: test_sglang_integration
+def test_release_launch_server_help_lists_the_flags(version):
+    proc = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--help"], capture_output=True, text=True,
+                          timeout=300, env=release_env(version), cwd=str(REPO_ROOT))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "--enable-flydsl-fp32-gemm" in proc.stdout and "--flydsl-fp32-gemm-layers" in proc.stdout
+    assert "sglang-fp32gemm plugin" in proc.stdout
+
+
+# -- errors name the real cause ----------------------------------------------------------------------------
+def test_import_helpers_tell_absent_from_failing(tmp_path, monkeypatch):
+    from sglang_fp32gemm import plugin
+
+    pkg = tmp_path / "relpkg_probe"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ok.py").write_text("class C:\n    a = 1\n")
+    (pkg / "broken.py").write_text("import not_installed_pkg_xyz\nclass C:\n    a = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert plugin._import("relpkg_probe.absent") == (None, None)
+    assert plugin._import("no_such_top_level_pkg.gemm") == (None, None)
+    mod, err = plugin._import("relpkg_probe.broken")
+    assert mod is None
+    assert err == ("relpkg_probe.broken failed to import: ModuleNotFoundError: "
+                   "No module named 'not_installed_pkg_xyz'")
+    assert plugin._lookup("relpkg_probe.ok.C.a") == (True, None)
+    assert plugin._lookup("relpkg_probe.ok.C.b") == (False, None)
+    assert plugin._lookup("relpkg_probe.absent.C.a") == (False, None)
+    assert plugin._lookup("relpkg_probe.broken.C.a") == (False, err)
+    for name in [n for n in sys.modules if n.startswith("relpkg_probe")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+_MISSING_PACKAGE = r'''
+import json, sys
+class Blocker:  # as if the optional package gguf were not installed
+    def find_spec(self, name, path=None, target=None):
+        if name == "gguf" or name.startswith("gguf."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Blocker())
+from sglang.srt.plugins import load_plugins
+load_plugins()
+from sglang_fp32gemm import plugin
+print("REPORT " + json.dumps({"errors": plugin.STATE["errors"], "linear": plugin.STATE["linear_target"],
+                              "layer": plugin.STATE["compressor_target"], "describe": plugin.describe()}))
+'''
+
+
+def test_an_unrelated_import_failure_is_reported_as_itself():
+    proc = subprocess.run([sys.executable, "-c", _MISSING_PACKAGE], capture_output=True, text=True, timeout=300,
+                          env=release_env(NEWEST), cwd=str(REPO_ROOT))
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+    assert lines, proc.stderr[-4000:]
+    rep = json.loads(lines[-1][len("REPORT "):])
+    assert rep["errors"] == ["DeepSeek-V4 compressor: SGLang's sglang.srt.layers.attention.dsv4.compressor failed "
+                             "to import: ModuleNotFoundError: No module named 'gguf'; compressor calls are left "
+                             "unpatched"], rep
+    assert rep["linear"] == f"{GEMM}.linear_bf16_fp32" and rep["layer"] is None
+    assert not any("not found" in line for line in rep["describe"]), rep["describe"]
