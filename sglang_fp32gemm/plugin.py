@@ -43,9 +43,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from sglang_fp32gemm import layers as layers_mod
 from sglang_fp32gemm import routing
 from sglang_fp32gemm import settings as settings_mod
+from sglang_fp32gemm.errors import ConfigError
 from sglang_fp32gemm.layers import LayerInfo
 
 logger = logging.getLogger(__name__)
@@ -325,10 +325,14 @@ def register() -> None:
         STATE["registered"] = True
         for line in describe():
             logger.info("sglang-fp32gemm: %s", line)
+        # Load and validate the configuration now, once per process; the
+        # router logs a bad one itself (once) and every call takes the fallback.
         try:
-            settings_mod.get()
-        except Exception as e:  # reported once here; calls run on the fallback
-            _error(f"bad setting: {e}")
+            r = routing.get_router()
+            if r.error:
+                STATE["errors"].append(f"bad configuration: {r.error}")
+        except Exception as e:  # never raise into SGLang's loader
+            _error(f"router set-up failed: {type(e).__name__}: {e}")
 
 
 def install() -> None:
@@ -564,12 +568,15 @@ def _after_from_cli_args(result: Any, *args: Any, **kwargs: Any) -> None:
     path = getattr(ns, "flydsl_fp32_gemm_layers", None)
     if path:
         os.environ[settings_mod.LAYERS_VAR] = os.path.abspath(path)
-    # Bad settings stop the launch here, with the file:line or variable.
-    s = settings_mod.reload()
-    if s.enabled:
-        layers_mod.load(s.layers_path)
-        from sglang_fp32gemm.table import TunedTable
+    # Bad settings stop the launch here, before any model work: one line
+    # naming the file:line or the variable, no traceback.
+    settings_mod.reload()
+    from sglang_fp32gemm import config as config_mod
+    from sglang_fp32gemm.backends import default_backends, parsers
 
-        TunedTable.load(s.config_paths)
+    try:
+        config_mod.load(parsers=parsers(default_backends()))
+    except ConfigError as e:
+        raise SystemExit(f"sglang-fp32gemm: bad configuration, launch stopped: {e}") from None
     routing.reset_router()
     return None

@@ -37,6 +37,7 @@ against the targets.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import statistics
@@ -160,16 +161,22 @@ class Bench:
         """[(name, fn, kernel, source)] for every available backend that takes the shape, and {name: why not}."""
         cols, notes = [], {}
         for b in self.backends:
-            if pdl and not common.bind_takes_pdl(b):
-                notes[f"{b.name}+pdl"] = "bind() takes no pdl argument"
-                continue
             cfg, kernel, source = self.picks.choose(b, m, n, k)
             name = f"{b.name}+pdl" if pdl else b.name
             if cfg is None:
                 notes[name] = source
                 continue
+            bind_pdl = pdl
+            if pdl:
+                if dataclasses.is_dataclass(cfg) and "pdl" in {f.name for f in dataclasses.fields(cfg)}:
+                    # The config names PDL itself (cutedsl: the _pdl kernelName).
+                    cfg = dataclasses.replace(cfg, pdl=True)
+                    kernel, bind_pdl = b.kernel_name(cfg), False
+                elif not common.bind_takes_pdl(b):
+                    notes[name] = "no PDL variant (neither its config nor bind() takes pdl)"
+                    continue
             try:
-                fn = self.binds.get(b, cfg, kernel, self.device, n, k, pdl=pdl)
+                fn = self.binds.get(b, cfg, kernel, self.device, n, k, pdl=bind_pdl)
             except Exception as e:
                 notes[name] = f"bind() raised {type(e).__name__}: {str(e)[:200]}"
                 continue

@@ -19,8 +19,9 @@ def main(queue) -> None:
         import sglang.kernels.ops.gemm.bf16_fp32 as G
         import sglang.srt.layers.attention.dsv4.compressor as C
 
-        from sglang_fp32gemm import plugin, routing, settings
+        from sglang_fp32gemm import plugin, routing
 
+        built_at_load = routing._router  # register() builds the process router while the plugin loads
         r = routing.get_router()
         queue.put({
             "env": env,
@@ -28,8 +29,10 @@ def main(queue) -> None:
             "registered": plugin.STATE["registered"],
             "errors": list(plugin.STATE["errors"]),
             "enabled": r.enabled,
-            "source": settings.get().enabled_source,
-            "selection": r.selection.describe(),
+            "source": r.config.settings.enabled_source,
+            "router_built_at_load": built_at_load is r,
+            "router_error": r.error,
+            "selection": r.config.selection.describe(),
             "linear_hooked": hasattr(G.linear_bf16_fp32, "__wrapped__"),
             "compressor_bound": C.linear_bf16_fp32 is G.linear_bf16_fp32,
             "wkv_hooked": hasattr(C.Compressor._compute_wkv_gate, "__wrapped__"),
