@@ -388,7 +388,7 @@ def test_bench_every_mode_on_cpu_writes_what_targets_reads(tmp_path, capsys, rou
     assert set(e[0]["us"]) == {"torch", "routed", "hooked", "triton", "cutedsl"}
     dec = json.load(open(out / "bench_decode.json"))["results"][0]
     assert dec["layers"] == 3 and dec["add_per_layer_us"]["triton"] == 4.0  # (100 + 4*3 - 100) / 3
-    assert dec["note"]["triton+pdl"] == "bind() takes no pdl argument"
+    assert dec["note"]["triton+pdl"] == "no PDL variant (neither its config nor bind() takes pdl)"
     for name in ("bench.md", "bench_det.md", "bench_eager.md", "bench_decode.md"):
         assert (out / name).read_text().startswith("# ")
     text = capsys.readouterr().out
