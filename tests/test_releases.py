@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, TESTS_DIR, subprocess_env
+from fakes.fake_backends import FAKE_KERNEL, FAKE_KEY
 
 RELEASES_DIR = Path(os.environ.get("SGLANG_RELEASES_DIR", REPO_ROOT / ".sglang-releases"))
 NEWEST = "0.5.23"   # the one in .venv
@@ -64,6 +65,17 @@ def by_name_importers(version: str) -> list[str]:
 N = {"hca": 1024, "csa": 2048, "indexer": 512}
 K = 7168
 M = 4
+LAYER = {"hca": 2, "csa": 3, "indexer": 3}  # the probe's compressors' layer ids
+ROUTED = f"fake|{FAKE_KERNEL}"  # counters key of the fake backend's calls
+STOPPED = "sglang-fp32gemm: bad configuration, launch stopped: "
+
+
+def no_row(kind: str) -> str:
+    """The router's reason for a call of this kind with no tuned row (the probe's fake device key)."""
+    return f"no tuned row for {FAKE_KEY} N={N[kind]} K={K} at this M"
+
+
+NO_ROWS = {no_row(k): 1 for k in N}
 
 
 def _param(v: str):
@@ -113,19 +125,22 @@ def report(request):
 
 
 # -- routing observations, in one place ------------------------------------------------------------------
-def assert_routed(obs: dict, fast: list[str], slow: dict[str, int] | None = None) -> None:
-    """The fake fast backend ran for exactly the kinds in ``fast`` (plus its one probe call); every
-    other call took the exact fallback for the reasons counted in ``slow``."""
+def assert_routed(obs: dict, fast: list[str], slow: dict[str, int] | None = None,
+                  judged: dict[str, bool] | None = None) -> None:
+    """The fake fast backend ran for exactly the kinds in ``fast`` (each kernel bound once: one probe
+    at the row's shape, then the call); every other call took the exact fallback for the reasons
+    counted in ``slow``; the router judged exactly the layers in ``judged`` (kind -> selected), once each."""
     counters = dict(obs["counters"])
     if fast:
-        assert counters.pop("fake|ok") == len(fast), obs
-        # The first routed call probes the backend once (same shape), then runs.
-        got = obs["fake_shapes"]
-        assert sorted(map(tuple, got[1:])) == sorted((M, N[k], K) for k in fast), obs
-        assert tuple(got[0]) == (M, N[fast[0]], K) or tuple(got[0]) in {(M, N[k], K) for k in fast}, obs
+        assert counters.pop(ROUTED) == len(fast), obs
+        got = sorted(map(tuple, obs["fake_shapes"]))
+        assert got == sorted([(M, N[k], K) for k in fast] * 2), obs  # probe + call per bound (N, K)
     elif obs.get("fake_shapes") is not None:
         assert obs["fake_shapes"] == [], obs
+    assert obs.get("violations", []) == [], obs
     assert counters == {f"torch|{reason}": n for reason, n in (slow or {}).items()}, obs
+    if judged is not None:
+        assert obs["layers"] == sorted([LAYER[k], k, sel] for k, sel in judged.items()), obs
 
 
 def assert_exact(rel: dict[str, float], tol: float = 1e-5) -> None:
@@ -148,6 +163,7 @@ def test_release_layout_and_hooks(version, report):
     family, linear_module, methods, _ = EXPECTED[version]
     lay, st = report["layout"], report["state"]
     assert st["registered"] and st["errors"] == [], st
+    assert report["router_at_load"]
     assert lay["releases"] == family and lay["sglang_version"] == version
     assert lay["linear_module"] == linear_module and list(lay["layer_methods"]) == methods
     assert st["linear_target"] == f"{linear_module}.linear_bf16_fp32"
@@ -176,22 +192,26 @@ def test_release_rebinds_every_by_name_import(version, report):
 def test_release_compressor_layers_fp32_through_the_plugin(version, report):
     assert report["shapes"] == {k: [n, K] for k, n in N.items()}
     assert report["disabled"]["equal_original"] and report["disabled"]["counters"] == {}
+    assert report["disabled"]["layers"] == []  # off: no layer is even looked at
     assert_exact(report["all_selected"]["rel"])
-    assert_routed(report["all_selected"], ["hca", "csa", "indexer"])
+    assert_routed(report["all_selected"], ["hca", "csa", "indexer"], judged=dict.fromkeys(N, True))
     assert report["enabled_cpu"]["equal_original"]
     assert_exact(report["enabled_cpu"]["rel"])
-    assert_routed(report["enabled_cpu"], [], {"no tuned row": 3})
+    assert_routed(report["enabled_cpu"], [], NO_ROWS, judged=dict.fromkeys(N, True))
 
 
 @pytest.mark.parametrize("version", RELEASES)
 def test_release_layer_selection_is_honoured(version, report):
     assert_exact(report["kinds_exclude"]["rel"])
-    assert_routed(report["kinds_exclude"], ["indexer"], {"layer not selected": 2})
+    assert_routed(report["kinds_exclude"], ["indexer"], {"layer not selected": 2},
+                  judged={"hca": False, "csa": False, "indexer": True})
     assert_exact(report["layer_2_only"]["rel"])
-    assert_routed(report["layer_2_only"], ["hca"], {"layer not selected": 2})
+    assert_routed(report["layer_2_only"], ["hca"], {"layer not selected": 2},
+                  judged={"hca": True, "csa": False, "indexer": False})
     if "prelaunch" in report:  # 0.5.18-0.5.20: the ROCm prefill-CP prelaunch path names the layer too
         assert_exact(report["prelaunch"]["rel"])
-        assert_routed(report["prelaunch"], ["csa"], {"layer not selected": 2})
+        assert_routed(report["prelaunch"], ["csa"], {"layer not selected": 2},
+                      judged={"hca": False, "csa": True, "indexer": False})
 
 
 @pytest.mark.parametrize("version", RELEASES)
@@ -210,9 +230,10 @@ def test_release_rocm_aiter_path_gives_fp32_when_enabled(version, report):
             assert max(a["sglang_rel"].values()) < 1e-5, (name, a["sglang_rel"])
         assert a["on_dtype"] == "torch.float32"
         assert_exact(a["on_rel"], 1e-6)
-        assert_routed(a["on"], [], {"no tuned row": 3})
+        assert_routed(a["on"], [], NO_ROWS, judged=dict.fromkeys(N, True))
         assert_exact(a["selected_rel"], 1e-6)  # deselected layers: the fallback is fp32 too
-        assert_routed(a["selected"], ["indexer"], {"layer not selected": 2})
+        assert_routed(a["selected"], ["indexer"], {"layer not selected": 2},
+                      judged={"hca": False, "csa": False, "indexer": True})
         assert a["plain_on_rel"] < 1e-6
     if version in ("0.5.13", "0.5.14"):
         # SGLang's compressor asks aiter for bf16 output there; the plugin gives fp32.
@@ -227,7 +248,16 @@ def test_release_launch_flags_are_exported(version, report):
     assert f["model_path"] == "dummy"
     assert f["env"] == {"SGLANG_ENABLE_FLYDSL_FP32_GEMM": "1", "SGLANG_FLYDSL_FP32_GEMM_SOURCE": "flag",
                         "SGLANG_FLYDSL_FP32_GEMM_LAYERS": f["layers_path"]}
-    assert f["enabled"] and f["selection"] == f"{f['layers_path']}: layers=0-30 kinds=hca,csa"
+    assert f["enabled"] and f["error"] is None and f["source"] == "flag"
+    assert f["selection"] == f"{f['layers_path']}: layers=0-30 kinds=hca,csa"
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_release_bad_layer_file_stops_argument_preparation_in_one_line(version, report):
+    b = report["flags_bad"]
+    assert b["raised"] == "SystemExit", b  # the interpreter prints its message, exits 1, no traceback
+    assert b["message"].startswith(f"{STOPPED}{b['bad']}:2: ") and "unknown kind(s) mla" in b["message"], b
+    assert "\n" not in b["message"] and not b["chained"], b
 
 
 @pytest.mark.parametrize("version", [p for p in RELEASES if p.values[0] != NEWEST])  # 0.5.23: test_sglang_integration

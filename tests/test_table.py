@@ -49,15 +49,19 @@ def test_gfx950_has_exactly_the_twelve_upstream_rows(packaged):
         assert "_fp32_" in r.kernelName and r.kernelName.endswith("_gfx950"), r.kernelName
 
 
-def test_sm90_rows_cover_every_dsv4_compressor_n(packaged):
-    rows = [r for r in packaged.rows() if r.gfx == "sm90"]
-    assert rows
-    assert {r.N for r in rows} == {512, 1024, 2048, 2560}
-    for r in rows:
-        assert (r.cu_num, r.K, r.libtype, r.outdtype) == (132, K, "triton", "torch.float32")
-        assert r.kernelName.startswith("triton_splitk_fp32_")
-    for n in (512, 1024, 2048, 2560):
-        assert {1, 2, 4, 8, 16} <= {r.M for r in rows if r.N == n}
+def test_sm90_rows_cover_every_dsv4_compressor_shape():
+    from sglang_fp32gemm.table import TunedTables
+
+    tables = TunedTables.load()
+    for table in (tables.fast, tables.deterministic):
+        rows = [r for r in table.rows() if r.gfx == "sm90"]
+        assert rows
+        for r in rows:
+            assert r.cu_num == 132 and r.outdtype == "torch.float32"
+            assert r.libtype in ("triton", "cutedsl", "torch")
+        for k in (7168, 4096):  # V4-Pro and V4-Flash
+            for n in (512, 1024, 2048, 2560):
+                assert {1, 2, 4, 8, 16} <= {r.M for r in rows if r.N == n and r.K == k}, (n, k)
 
 
 def test_packaged_rows_round_trip_through_the_csv_writer(packaged):

@@ -27,17 +27,23 @@ def test_split_k_config_name_round_trips(cfg):
     assert be.parse(be.kernel_name(cfg)) == cfg
 
 
-def test_packaged_sm90_kernel_names_parse():
-    from sglang_fp32gemm.table import TunedTable
+def test_packaged_triton_kernel_names_parse_for_one_triton_backend():
+    from sglang_fp32gemm.table import TunedTables
 
-    rows = [r for r in TunedTable.load().rows() if r.libtype == "triton"]
+    tables = TunedTables.load()
+    rows = [r for t in (tables.fast, tables.deterministic) for r in t.rows() if r.libtype == "triton"]
     assert rows
-    be = TritonSplitKBackend()
+    det, fast = TritonSplitKBackend(), TritonEpochBackend()
     for r in rows:
+        be = det if r.kernelName.startswith("triton_splitk_") else fast
         cfg = be.parse(r.kernelName)
-        assert cfg.name == r.kernelName
+        assert be.kernel_name(cfg) == r.kernelName
         assert be.supports(cfg, r.M, r.N, r.K) == (True, "ok"), r
         assert cfg.split_k == r.splitK, r
+    # The deterministic table names only deterministic kernels.
+    for r in tables.deterministic.rows():
+        if r.libtype == "triton":
+            assert r.kernelName.startswith("triton_splitk_"), r
 
 
 @pytest.mark.parametrize("name", [
@@ -153,14 +159,15 @@ def test_candidates_are_small_valid_and_round_trip(which):
             assert k // (c.bk * c.split_k) >= (2 if which == "ticket" else 1)
 
 
-def test_ticket_candidates_hold_the_shipped_sm90_winners_at_m_le_32():
-    from sglang_fp32gemm.table import TunedTable
+def test_candidates_hold_the_shipped_sm90_triton_winners_at_m_le_32():
+    from sglang_fp32gemm.table import TunedTables
 
-    be = TritonSplitKBackend()
-    rows = [r for r in TunedTable.load().rows() if r.libtype == "triton" and r.M <= 32]
+    tables = TunedTables.load()
+    rows = [r for t in (tables.fast, tables.deterministic) for r in t.rows() if r.libtype == "triton" and r.M <= 32]
     assert rows
     for r in rows:
-        assert SplitKConfig.parse(r.kernelName) in be.candidates(r.M, r.N, r.K), r
+        be = TritonSplitKBackend() if r.kernelName.startswith("triton_splitk_") else TritonEpochBackend()
+        assert be.parse(r.kernelName) in be.candidates(r.M, r.N, r.K), r
 
 
 def test_epoch_candidates_hold_the_splits_that_won_on_the_h200():

@@ -100,8 +100,10 @@ def main() -> None:
     import sglang_fp32gemm
     from sglang_fp32gemm import plugin, routing
     from sglang_fp32gemm import settings as S
-    from sglang_fp32gemm import layers as layers_mod
     from sglang_fp32gemm.layers import LayerSelection
+
+    # register() built the process router (configuration loaded and validated) while the plugin loaded.
+    REP["router_at_load"] = routing._router is not None and routing._router.error is None
 
     REP["plugin_file"] = sglang_fp32gemm.__file__
     lay = plugin.STATE["layout"]
@@ -176,25 +178,16 @@ def main() -> None:
     def enable(router=None):
         os.environ[S.ENABLE_VAR] = "1"
         S.reload()
+        decisions.clear()
         return routing.reset_router(router)
 
     def disable():
         os.environ.pop(S.ENABLE_VAR, None)
         S.reload()
+        decisions.clear()
         return routing.reset_router()
 
-    from fakes.fake_backends import ExactFake as _ExactFake
-    from fakes.fake_backends import make_router
-
-    class ExactFake(_ExactFake):
-        """tests/fakes' ExactFake, instantiable under backends/base.py's new abstract parse/bind (the
-        router in this tree still calls supports(x, w, row)/run); adapt here when the fakes are ported."""
-
-        def parse(self, kernel_name):
-            return kernel_name
-
-        def bind(self, cfg, device, n, k):
-            return self.compute
+    from fakes.fake_backends import ExactFake, make_router
 
     shapes = [(M, KINDS[k][4], K) for k in KINDS]
 
@@ -202,10 +195,28 @@ def main() -> None:
         """A router with no row for these shapes: every call takes the plugin's exact fallback."""
         return make_router([], shapes=[])
 
+    # Every layer a hook asks the router to judge against the layer file, with the verdict: once per
+    # compressor module where _compute_wkv_gate is hooked (the router caches it), once per call where
+    # the kv-score methods name the layer for the linear_bf16_fp32 hook.
+    decisions: list = []
+    real_selects = routing.Router.selects
+
+    def selects(self, layer):
+        got = real_selects(self, layer)
+        if layer is not None:
+            decisions.append([layer.layer_id, layer.kind, got])
+        return got
+
+    routing.Router.selects = selects
+
     def observe(router, fake=None):
-        """What routing saw, in one place: the router's counters and the fake backend's calls."""
-        return {"counters": {f"{a}|{b}": v for (a, b), v in router.counters().items()},
-                "fake_shapes": [list(s) for s in fake.shapes] if fake is not None else None}
+        """What routing saw, in one place: the router's counters, the layers it judged, the fake's runs."""
+        obs = {"counters": {f"{a}|{b}": v for (a, b), v in router.counters().items()},
+               "layers": sorted(decisions),
+               "fake_shapes": [list(s) for s in fake.shapes] if fake is not None else None,
+               "violations": list(fake.violations) if fake is not None else []}
+        decisions.clear()
+        return obs
 
     # Disabled: SGLang's own result, bit for bit; nothing routed.
     r = disable()
@@ -326,10 +337,24 @@ def main() -> None:
         f.write("layers = 0-30\nkinds = hca, csa\n")
     sa = prepare_server_args(["--model-path", "dummy", "--enable-flydsl-fp32-gemm", "--flydsl-fp32-gemm-layers",
                               layers])
+    r = routing.get_router()
     REP["flags"] = {"model_path": sa.model_path, "layers_path": layers,
                     "env": {k: os.environ.get(k) for k in (S.ENABLE_VAR, S.SOURCE_VAR, S.LAYERS_VAR)},
-                    "enabled": S.get().enabled,
-                    "selection": layers_mod.load(S.get().layers_path).describe()}
+                    "enabled": r.enabled, "error": r.error, "source": r.config.settings.enabled_source,
+                    "selection": r.config.selection.describe()}
+    # A bad layer file stops argument preparation: SystemExit with one line naming file:line.
+    bad = os.path.join(d, "bad.txt")
+    with open(bad, "w") as f:
+        f.write("layers = 1\nkinds = hca, mla\n")
+    try:
+        prepare_server_args(["--model-path", "dummy", "--enable-flydsl-fp32-gemm", "--flydsl-fp32-gemm-layers",
+                             bad])
+        REP["flags_bad"] = {"raised": None}
+    except BaseException as e:  # noqa: BLE001 - SystemExit is the expected one
+        REP["flags_bad"] = {"raised": type(e).__name__, "message": str(e), "bad": bad,
+                            "chained": e.__cause__ is not None or not e.__suppress_context__}
+    for var in (S.ENABLE_VAR, S.SOURCE_VAR, S.LAYERS_VAR):
+        os.environ.pop(var, None)
     REP["seconds"] = round(time.time() - T0, 1)
 
 
