@@ -330,6 +330,8 @@ def register() -> None:
         try:
             r = routing.get_router()
             if r.error:
+                # Logged by the router at the first GEMM call (a launcher
+                # stops with one line of its own, see _after_from_cli_args).
                 STATE["errors"].append(f"bad configuration: {r.error}")
         except Exception as e:  # never raise into SGLang's loader
             _error(f"router set-up failed: {type(e).__name__}: {e}")
@@ -463,7 +465,9 @@ def _around_linear(original_fn: Callable, x: torch.Tensor, y: torch.Tensor, *arg
     # in eager mode comes through here; keep it to attribute reads, one
     # route lookup and the launch.
     r = routing.get_router()
-    if r.enabled and not _bypass.on:
+    if r.error is not None:
+        r.bad_configuration()
+    elif r.enabled and not _bypass.on:
         layer = _calling_layer(y) if _calling.layer is not None else None
         if _is_compiling():
             return routing.linear_bf16_fp32(x, y, layer=layer,
@@ -503,6 +507,8 @@ def _around_kv_score(original_fn: Callable, self: Any, x: torch.Tensor, *args: A
 def _around_wkv_gate(original_fn: Callable, self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     r = routing.get_router()
     if not r.enabled:
+        if r.error is not None:
+            r.bad_configuration()
         return original_fn(self, x, *args, **kwargs)
     fused = kwargs.get("weight", args[0] if args else None)
     weight = fused if fused is not None else getattr(getattr(self, "wkv_gate", None), "weight", None)
@@ -570,13 +576,14 @@ def _after_from_cli_args(result: Any, *args: Any, **kwargs: Any) -> None:
         os.environ[settings_mod.LAYERS_VAR] = os.path.abspath(path)
     # Bad settings stop the launch here, before any model work: one line
     # naming the file:line or the variable, no traceback.
-    settings_mod.reload()
     from sglang_fp32gemm import config as config_mod
     from sglang_fp32gemm.backends import default_backends, parsers
 
+    backends = default_backends()
     try:
-        config_mod.load(parsers=parsers(default_backends()))
+        settings_mod.reload()
+        cfg = config_mod.load(parsers=parsers(backends))
     except ConfigError as e:
         raise SystemExit(f"sglang-fp32gemm: bad configuration, launch stopped: {e}") from None
-    routing.reset_router()
+    routing.reset_router(routing.Router(cfg, backends))
     return None

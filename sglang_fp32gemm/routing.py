@@ -124,10 +124,11 @@ class Router:
             self.backends = backends
             self.config = config if config is not None else config_mod.load(parsers=parsers(backends))
         except ConfigError as e:
-            # The launcher's flag hook stops a launch on these; a worker
-            # that meets one keeps serving on the exact fallback.
+            # The launcher's flag hook stops a launch on these (one line);
+            # a worker logs it once, at its first GEMM call, and keeps
+            # serving on the exact fallback. Not logged here: the launcher
+            # builds a router at plugin load too, and must print one line.
             self.error = str(e)
-            logger.error("sglang-fp32gemm disabled, bad configuration: %s", e)
         s = self.config.settings if self.config is not None else None
         #: Plain attributes: the hooks read them on every call.
         self.enabled: bool = bool(s is not None and s.enabled and self.error is None)
@@ -221,8 +222,15 @@ class Router:
                     if out is not None:
                         return out
         elif self.error is not None:
-            self._count_other("torch", "bad configuration")
+            self.bad_configuration()
         return fallback() if fallback is not None else torch_ref.mm_fp32(x, w)
+
+    def bad_configuration(self) -> None:
+        """Count a call made under a bad configuration; log the error once."""
+        if ("torch", "bad configuration") not in self._other:
+            self._once(logging.ERROR, f"sglang-fp32gemm disabled, bad configuration: {self.error}; "
+                       "every call runs SGLang's own GEMM")
+        self._count_other("torch", "bad configuration")
 
     # -- resolution, once per (device, N, K, M) -----------------------------
     def resolve(self, device: torch.device, m: int, n: int, k: int) -> Entry:
