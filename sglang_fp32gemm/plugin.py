@@ -465,9 +465,11 @@ def _around_linear(original_fn: Callable, x: torch.Tensor, y: torch.Tensor, *arg
     # in eager mode comes through here; keep it to attribute reads, one
     # route lookup and the launch.
     r = routing.get_router()
-    if r.error is not None:
+    if _bypass.on:
+        pass  # the compressor hook already decided this call
+    elif r.error is not None:
         r.bad_configuration()
-    elif r.enabled and not _bypass.on:
+    elif r.enabled:
         layer = _calling_layer(y) if _calling.layer is not None else None
         if _is_compiling():
             return routing.linear_bf16_fp32(x, y, layer=layer,
@@ -507,9 +509,14 @@ def _around_kv_score(original_fn: Callable, self: Any, x: torch.Tensor, *args: A
 def _around_wkv_gate(original_fn: Callable, self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     r = routing.get_router()
     if not r.enabled:
-        if r.error is not None:
-            r.bad_configuration()
-        return original_fn(self, x, *args, **kwargs)
+        if r.error is None:
+            return original_fn(self, x, *args, **kwargs)
+        r.bad_configuration()
+        _bypass.on = True  # counted here; its linear_bf16_fp32 call must not count again
+        try:
+            return original_fn(self, x, *args, **kwargs)
+        finally:
+            _bypass.on = False
     fused = kwargs.get("weight", args[0] if args else None)
     weight = fused if fused is not None else getattr(getattr(self, "wkv_gate", None), "weight", None)
     if not isinstance(weight, torch.Tensor) or weight.dtype != torch.bfloat16:
