@@ -355,7 +355,7 @@ def test_a_worker_with_a_bad_configuration_logs_it_once_and_serves_the_exact_res
     assert mentions == [("ERROR", f"sglang-fp32gemm disabled, bad configuration: {rep['router_error']}; "
                                   "every call runs SGLang's own GEMM")], rep["records"]
     assert rep["exact"] and rep["same_router"] and rep["routed"]
-    assert rep["counters"] == {"torch|bad configuration": 1}
+    assert rep["counters"] == {"torch|bad configuration": 2}  # the hooked call and the public function
 
 
 # -- in this process: the DeepSeek-V4 Compressor hook ------------------------------------------------------
