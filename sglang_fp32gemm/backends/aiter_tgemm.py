@@ -24,7 +24,7 @@ import importlib.util
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from sglang_fp32gemm.backends.base import OK, Backend, Verdict
 

@@ -36,8 +36,6 @@ from sglang_fp32gemm.backends.base import OK, Backend, Verdict
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from sglang_fp32gemm.table import TunedRow
-
 logger = logging.getLogger(__name__)
 
 ARCH = "gfx950"

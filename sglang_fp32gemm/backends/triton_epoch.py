@@ -47,73 +47,32 @@ import dataclasses
 import hashlib
 import inspect
 import logging
-import re
 import threading
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from sglang_fp32gemm.backends.base import MAX_M, OK, Backend, KernelFn, Verdict
-from sglang_fp32gemm.backends.triton_launch import BoundKernel, current_device_getter, raw_stream_getter
+from sglang_fp32gemm.backends.triton_launch import BoundKernel, TileConfig, current_device_getter, raw_stream_getter
 from sglang_fp32gemm.backends.triton_splitk import sm_count, split_candidates
 
 logger = logging.getLogger(__name__)
 
-_FORM = "triton_epoch_fp32_bm<BM>_bn<BN>_bk<BK>_sk<SPLITK>_w<WARPS>_s<STAGES>"
-_NAME_RE = re.compile(
-    r"^triton_epoch_fp32_bm(?P<bm>\d+)_bn(?P<bn>\d+)_bk(?P<bk>\d+)"
-    r"_sk(?P<sk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)$"
-)
-
 
 @dataclasses.dataclass(frozen=True)
-class EpochConfig:
+class EpochConfig(TileConfig):
     """One configuration of the epoch kernel; ``name`` is its ``kernelName``.
 
     ``bm``: tokens per tile (the MMA's N side); ``bn``: W rows per tile (the
     MMA's M side); ``bk``: K step; ``split_k``: K splits.
     """
 
-    bm: int
-    bn: int
-    bk: int
-    split_k: int
-    num_warps: int
-    num_stages: int
-
-    def __post_init__(self) -> None:
-        for f in ("bm", "bn", "bk"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or v < 16 or v & (v - 1):
-                raise ValueError(f"{f}={v}: must be a power of two >= 16")
-        if self.bm > 256 or self.bn > 256 or self.bk > 1024:
-            raise ValueError(f"tile too large in {self}")
-        if self.split_k < 1 or self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1:
-            raise ValueError(f"bad split_k/num_warps/num_stages in {self}")
-
-    @property
-    def name(self) -> str:
-        return (
-            f"triton_epoch_fp32_bm{self.bm}_bn{self.bn}_bk{self.bk}"
-            f"_sk{self.split_k}_w{self.num_warps}_s{self.num_stages}"
-        )
-
-    @classmethod
-    def parse(cls, name: str) -> "EpochConfig":
-        m = _NAME_RE.match(name)
-        if m is None:
-            raise ValueError(f"kernelName {name!r} is not of the form {_FORM}")
-        g = {k: int(v) for k, v in m.groupdict().items()}
-        return cls(g["bm"], g["bn"], g["bk"], g["sk"], g["w"], g["s"])
+    PREFIX: ClassVar[str] = "triton_epoch_fp32"
 
     def check_shape(self, m: int, n: int, k: int) -> Verdict:
         if not 1 <= m <= MAX_M:
             return False, f"M={m} is outside 1..{MAX_M} (the flag buffers are sized for MAX_M)"
-        if n % self.bn:
-            return False, f"N={n} is not a multiple of BN={self.bn}"
-        if k % (self.bk * self.split_k):
-            return False, f"K={k} is not a multiple of BK*split_k={self.bk * self.split_k}"
-        return OK
+        return super().check_shape(m, n, k)
 
     def tiles(self, m: int, n: int) -> int:
         return (n // self.bn) * ((m + self.bm - 1) // self.bm)

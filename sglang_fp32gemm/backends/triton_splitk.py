@@ -36,64 +36,22 @@ import dataclasses
 import hashlib
 import inspect
 import logging
-import re
 import threading
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, Verdict
-from sglang_fp32gemm.backends.triton_launch import BoundKernel, current_device_getter, raw_stream_getter
+from sglang_fp32gemm.backends.triton_launch import BoundKernel, TileConfig, current_device_getter, raw_stream_getter
 
 logger = logging.getLogger(__name__)
 
-_FORM = "triton_splitk_fp32_bm<BM>_bn<BN>_bk<BK>_sk<SPLITK>_w<WARPS>_s<STAGES>"
-_NAME_RE = re.compile(
-    r"^triton_splitk_fp32_bm(?P<bm>\d+)_bn(?P<bn>\d+)_bk(?P<bk>\d+)"
-    r"_sk(?P<sk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)$"
-)
-
 
 @dataclasses.dataclass(frozen=True)
-class SplitKConfig:
-    """One kernel configuration; ``name`` is its ``kernelName`` in the table."""
+class SplitKConfig(TileConfig):
+    """One configuration of the ticket kernel; ``name`` is its ``kernelName``."""
 
-    bm: int
-    bn: int
-    bk: int
-    split_k: int
-    num_warps: int
-    num_stages: int
-
-    def __post_init__(self) -> None:
-        for f in ("bm", "bn", "bk"):
-            v = getattr(self, f)
-            if v < 16 or v & (v - 1):
-                raise ValueError(f"{f}={v}: must be a power of two >= 16")
-        if self.split_k < 1 or self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1:
-            raise ValueError(f"bad split_k/num_warps/num_stages in {self}")
-
-    @property
-    def name(self) -> str:
-        return (
-            f"triton_splitk_fp32_bm{self.bm}_bn{self.bn}_bk{self.bk}"
-            f"_sk{self.split_k}_w{self.num_warps}_s{self.num_stages}"
-        )
-
-    @classmethod
-    def parse(cls, name: str) -> "SplitKConfig":
-        m = _NAME_RE.match(name)
-        if m is None:
-            raise ValueError(f"kernelName {name!r} is not of the form {_FORM}")
-        g = {k: int(v) for k, v in m.groupdict().items()}
-        return cls(g["bm"], g["bn"], g["bk"], g["sk"], g["w"], g["s"])
-
-    def check_shape(self, m: int, n: int, k: int) -> Verdict:
-        if n % self.bn:
-            return False, f"N={n} is not a multiple of BN={self.bn}"
-        if k % (self.bk * self.split_k):
-            return False, f"K={k} is not a multiple of BK*split_k={self.bk * self.split_k}"
-        return OK
+    PREFIX: ClassVar[str] = "triton_splitk_fp32"
 
     def grid(self, m: int, n: int) -> tuple[int, int, int]:
         return (n // self.bn, self.split_k, (m + self.bm - 1) // self.bm)
