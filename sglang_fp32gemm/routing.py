@@ -27,7 +27,7 @@ import torch
 from sglang_fp32gemm import config as config_mod
 from sglang_fp32gemm.backends import probe as probe_mod
 from sglang_fp32gemm.backends import torch_ref
-from sglang_fp32gemm.backends.base import MAX_M, Backend, KernelFn
+from sglang_fp32gemm.backends.base import MAX_M, Backend, KernelFn, NotReadyInCapture
 from sglang_fp32gemm.errors import ConfigError
 from sglang_fp32gemm.layers import LayerInfo
 from sglang_fp32gemm.table import DeviceKey, TunedRow, device_key
@@ -363,6 +363,12 @@ class Router:
         def run(x: torch.Tensor, w: torch.Tensor) -> Optional[torch.Tensor]:
             try:
                 return fn(x, w)
+            except NotReadyInCapture as e:
+                # Not a fault: this captured call takes the fallback; the
+                # kernel stays enabled for everything it was set up for.
+                self._once(logging.WARNING, f"sglang-fp32gemm: {bound.backend} {bound.kernel_name} on "
+                           f"{x.device}: {e}; this captured call uses torch")
+                return None
             except Exception as e:
                 self._kernel_failed(bound, x.device, e)
                 return None

@@ -943,3 +943,30 @@ def test_torch_compile_fullgraph_on_the_custom_op_routes_at_run_time(monkeypatch
     assert_fp32_close(ch(x, w), x, w)
     c = routing.get_router().counters()
     assert c == {("fake", FAKE_KERNEL): 2, ("torch", "layer not selected"): 1}, c
+
+
+def test_a_kernel_not_ready_inside_capture_falls_back_once_and_stays_enabled(caplog, make_bf16):
+    import fakes.fake_backends as fb
+    from sglang_fp32gemm.backends.base import NotReadyInCapture
+
+    class NotReadyOnce(ExactFake):
+        def compute(self, cfg, x, w):
+            with self.lock:
+                n = self.kernel_runs[cfg.name]
+            if n == 2:  # the probe passed; the next call meets a stream without its workspace
+                raise NotReadyInCapture("no workspace for this stream (fake)")
+            return fb.splitk_fp32(x, w)
+
+    fake = NotReadyOnce(name="late")
+    r = make_router([fake], shapes=SHAPES)
+    w = make_bf16(N, K)
+    xs = [make_bf16(8, K) for _ in range(3)]
+    with caplog.at_level(logging.INFO, logger=ROUTING_LOG):
+        outs = [r.call(x, w) for x in xs]
+    for x, out in zip(xs, outs):
+        assert_fp32_close(out, x, w)
+    warns = _warnings(caplog)
+    assert len(warns) == 1 and "this captured call uses torch" in warns[0], warns
+    # Not disabled: the third call ran the kernel again.
+    assert fake.kernel_runs[FAKE_KERNEL] == 4
+    assert all(b.fn is not None for b in r.bound_kernels())

@@ -38,6 +38,13 @@ KernelFn = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 MAX_M = 256
 
 
+class NotReadyInCapture(RuntimeError):
+    """A bound kernel met something new inside CUDA-graph capture (a stream
+    without its workspace, an M not compiled yet) and cannot set it up there.
+    The router takes the fallback for that call, without disabling the kernel.
+    """
+
+
 class Backend(abc.ABC):
     """A fast fp32-output GEMM: out[M, N] fp32 = x[M, K] @ w[N, K]^T."""
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, Verdict
+from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, NotReadyInCapture, Verdict
 
 logger = logging.getLogger(__name__)
 
@@ -284,7 +284,7 @@ class CuteDSLWarpBackend(Backend):
             out = torch.empty((m, n), dtype=f32, device=device)
             if m not in compiled_ms:
                 if capturing():
-                    raise RuntimeError(
+                    raise NotReadyInCapture(
                         f"cutedsl kernel for M={m} not compiled before CUDA-graph capture; "
                         "run the routed call once eagerly at this M first"
                     )

@@ -52,7 +52,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from sglang_fp32gemm.backends.base import MAX_M, OK, Backend, KernelFn, Verdict
+from sglang_fp32gemm.backends.base import MAX_M, OK, Backend, KernelFn, NotReadyInCapture, Verdict
 from sglang_fp32gemm.backends.triton_launch import BoundKernel, TileConfig, current_device_getter, raw_stream_getter
 from sglang_fp32gemm.backends.triton_splitk import sm_count, split_candidates
 
@@ -332,7 +332,7 @@ class TritonEpochBackend(Backend):
             if s is not None:
                 return s
             if on_cuda and torch.cuda.is_current_stream_capturing():
-                raise RuntimeError(
+                raise NotReadyInCapture(
                     "triton epoch flags for this stream were not allocated before CUDA-graph "
                     "capture; run the routed call once eagerly on this stream first"
                 )

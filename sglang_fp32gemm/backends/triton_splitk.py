@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, Verdict
+from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, NotReadyInCapture, Verdict
 from sglang_fp32gemm.backends.triton_launch import BoundKernel, TileConfig, current_device_getter, raw_stream_getter
 
 logger = logging.getLogger(__name__)
@@ -376,7 +376,7 @@ class TritonSplitKBackend(Backend):
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             # Allocating (and zeroing counters) inside a capture would tie the
             # buffers to the graph's pool; the router falls back instead.
-            raise RuntimeError(
+            raise NotReadyInCapture(
                 "triton-det workspace for this stream is missing or too small during CUDA-graph "
                 "capture; run the routed call once eagerly on this stream (at this M) first"
             )
