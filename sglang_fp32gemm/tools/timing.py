@@ -50,6 +50,13 @@ def time_per_call_us(
     with torch.cuda.graph(graph, stream=stream):
         for i in range(calls):
             fn(x, weights[i % len(weights)])
+    us = _replay_median_us(graph, replays) / calls
+    del graph
+    return us
+
+
+def _replay_median_us(graph: "torch.cuda.CUDAGraph", replays: int) -> float:
+    """Median microseconds of one replay of ``graph`` (3 untimed replays first)."""
     for _ in range(3):
         graph.replay()
     torch.cuda.synchronize()
@@ -60,8 +67,7 @@ def time_per_call_us(
         graph.replay()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / calls)
-    del graph
+        times.append(a.elapsed_time(b) * 1e3)
     return statistics.median(times)
 
 
@@ -77,21 +83,11 @@ def time_step_us(step: Callable[[], Sequence[torch.Tensor]], replays: int = 20):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
         outs = step()
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
+    us = _replay_median_us(graph, replays)
     torch.cuda.synchronize()
     outs = [o.clone() for o in outs]
     del graph
-    return statistics.median(times), outs
+    return us, outs
 
 
 def eager_us(fn: Fn, x: torch.Tensor, weights: list[torch.Tensor], calls: int = 1000) -> tuple[float, float]:
