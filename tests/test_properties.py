@@ -63,8 +63,10 @@ def _check(out, x, w):
 @pytest.fixture(scope="module")
 def routers():
     """The real router (default backends, packaged tables), enabled and disabled."""
+    from sglang_fp32gemm.backends import default_backends
+
     table = TunedTable.load()
-    return {e: routing.Router(make_config(table, enabled=e)) for e in (True, False)}
+    return {e: routing.Router(make_config(table, enabled=e), default_backends()) for e in (True, False)}
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

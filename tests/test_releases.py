@@ -221,7 +221,7 @@ def test_release_rocm_aiter_path_gives_fp32_when_enabled(version, report):
     if "aiter_v2_off" in report:  # 0.5.13-0.5.14: the compressor's own _tgemm (SGLANG_OPT_USE_COMPRESSOR_V2=0)
         cases["v2_off"] = report["aiter_v2_off"]
         assert report["tgemm_untouched_while_off"]
-        assert report["tgemm_proxy_after_calls"] == "_CompressorTgemm"
+        assert report["tgemm_proxy_after_calls"] == "CompressorTgemm"
     for name, a in cases.items():
         worst = min(a["sglang_rel"].values())
         if rounds:
@@ -271,7 +271,7 @@ def test_release_launch_server_help_lists_the_flags(version):
 
 # -- errors name the real cause ----------------------------------------------------------------------------
 def test_import_helpers_tell_absent_from_failing(tmp_path, monkeypatch):
-    from sglang_fp32gemm import plugin
+    from sglang_fp32gemm import releases
 
     pkg = tmp_path / "relpkg_probe"
     pkg.mkdir()
@@ -279,16 +279,16 @@ def test_import_helpers_tell_absent_from_failing(tmp_path, monkeypatch):
     (pkg / "ok.py").write_text("class C:\n    a = 1\n")
     (pkg / "broken.py").write_text("import not_installed_pkg_xyz\nclass C:\n    a = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert plugin._import("relpkg_probe.absent") == (None, None)
-    assert plugin._import("no_such_top_level_pkg.gemm") == (None, None)
-    mod, err = plugin._import("relpkg_probe.broken")
+    assert releases.import_module("relpkg_probe.absent") == (None, None)
+    assert releases.import_module("no_such_top_level_pkg.gemm") == (None, None)
+    mod, err = releases.import_module("relpkg_probe.broken")
     assert mod is None
     assert err == ("relpkg_probe.broken failed to import: ModuleNotFoundError: "
                    "No module named 'not_installed_pkg_xyz'")
-    assert plugin._lookup("relpkg_probe.ok.C.a") == (True, None)
-    assert plugin._lookup("relpkg_probe.ok.C.b") == (False, None)
-    assert plugin._lookup("relpkg_probe.absent.C.a") == (False, None)
-    assert plugin._lookup("relpkg_probe.broken.C.a") == (False, err)
+    assert releases.lookup("relpkg_probe.ok.C.a") == (True, None)
+    assert releases.lookup("relpkg_probe.ok.C.b") == (False, None)
+    assert releases.lookup("relpkg_probe.absent.C.a") == (False, None)
+    assert releases.lookup("relpkg_probe.broken.C.a") == (False, err)
     for name in [n for n in sys.modules if n.startswith("relpkg_probe")]:
         monkeypatch.delitem(sys.modules, name)
 

@@ -30,7 +30,7 @@ MS = (1, 2, 4, 8, 16, 32)
 SHAPES = [(m, N, K) for m in MS]
 # FAKE_KERNEL for M <= 4, OTHER_KERNEL for M >= 8 (M=3 and M=5..16 take the M=16 row).
 TWO_KERNELS = [(m, N, K) for m in (1, 2, 4)] + [(m, N, K, OTHER_KERNEL) for m in (8, 16, 32)]
-ROUTING_LOG = "sglang_fp32gemm.routing"
+ROUTING_LOG = "sglang_fp32gemm"  # the router logs through its parts: routing, routes, kernels, telemetry
 CPU = -1  # the device index of CPU tensors in entries() keys
 NOT_ROW_MAJOR = "x not row-major or w not contiguous"
 NOT_2D_BF16 = "not a 2-D bf16 x bf16 call"
@@ -43,7 +43,7 @@ def _line(m: int, shapes=SHAPES) -> str:
 
 
 def _msgs(caplog, level: int = logging.INFO) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == ROUTING_LOG and r.levelno >= level]
+    return [r.getMessage() for r in caplog.records if r.name.startswith(ROUTING_LOG + ".") and r.levelno >= level]
 
 
 def _warnings(caplog) -> list[str]:
@@ -648,7 +648,7 @@ def test_each_fallback_reason_is_logged_once(caplog, make_bf16):
             for m in (1, 2, 4, 40):
                 x = make_bf16(m, K)
                 assert_fp32_close(r.call(x, w), x, w)
-    records = [rec for rec in caplog.records if rec.name == ROUTING_LOG]
+    records = [rec for rec in caplog.records if rec.name.startswith(ROUTING_LOG + ".")]
     assert all(rec.levelno == logging.INFO for rec in records), [(rec.levelname, rec.getMessage()) for rec in records]
     msgs = [rec.getMessage() for rec in records]
     assert msgs.count("sglang-fp32gemm: backend gone unavailable: fake library missing") == 1
@@ -681,7 +681,7 @@ def test_a_passing_kernel_logs_its_probe_once_at_info(caplog, make_bf16):
     with caplog.at_level(logging.DEBUG, logger=ROUTING_LOG):
         for m in (8, 8, 4, 2):
             r.call(make_bf16(m, K), w)
-    records = [rec for rec in caplog.records if rec.name == ROUTING_LOG]
+    records = [rec for rec in caplog.records if rec.name.startswith(ROUTING_LOG + ".")]
     assert len(records) == 1 and records[0].levelno == logging.INFO
     assert "good fake_splitk_kernel on cpu N=32 K=64 passed its probe M=8" in records[0].getMessage()
 

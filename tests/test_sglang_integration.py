@@ -6,9 +6,9 @@ fresh interpreters, several checks per process; the DeepSeek-V4 Compressor
 hook is exercised in this process after SGLang's own load_plugins().
 
 What a hook routes is observed where the hooks hand it over: the calls of
-``Router.kernel_for`` (x and w, as given), the router's per-module layer
-decisions (``Router.layers``: LayerInfo and whether the layer file selects
-it), the fake backend's bound kernel (every shape it ran) and the router's
+``Router.kernel_for`` (x and w, as given), the per-module layer
+decisions the hook keeps on each compressor (``hooks.CALLER_ATTR``: LayerInfo
+and whether the layer file selects it), the fake backend's bound kernel (every shape it ran) and the router's
 counters ((backend, kernelName) for routed calls, ("torch", reason) for the
 rest).
 """
@@ -27,7 +27,7 @@ import torch
 from conftest import assert_fp32_close, rand_bf16, rel_err, run_python, subprocess_env
 from fakes.fake_aiter import install_fake_aiter
 from fakes.fake_backends import FAKE_KERNEL, ExactFake, make_router, rows_csv
-from sglang_fp32gemm import routing
+from sglang_fp32gemm import hooks, routing
 from sglang_fp32gemm import settings as S
 from sglang_fp32gemm.layers import LayerInfo, LayerSelection
 
@@ -289,12 +289,13 @@ class H(logging.Handler):
         records.append([rec.levelname, rec.getMessage()])
 logging.getLogger("sglang_fp32gemm").addHandler(H(level=logging.ERROR))
 import sglang_fp32gemm.plugin as plugin
-plugin.LINEAR_MODULES = ("nowhere.gemm", "sglang.not_a_module.gemm", "sglang.kernels.ops.gemm.bf16_fp32_gone")
+import sglang_fp32gemm.releases as releases
+releases.LINEAR_MODULES = ("nowhere.gemm", "sglang.not_a_module.gemm", "sglang.kernels.ops.gemm.bf16_fp32_gone")
 from sglang.srt.plugins import load_plugins
 load_plugins()   # raising here would also be only logged by SGLang: check STATE too
 rep = {"records": records, "state": {k: plugin.STATE[k] for k in ("registered", "linear_target",
                                                                   "compressor_target", "errors")},
-       "paths": [m + ".linear_bf16_fp32" for m in plugin.LINEAR_MODULES]}
+       "paths": [m + ".linear_bf16_fp32" for m in releases.LINEAR_MODULES]}
 import sglang.kernels.ops.gemm.bf16_fp32 as G
 rep["linear_untouched"] = not hasattr(G.linear_bf16_fp32, "__wrapped__")
 print("REPORT " + json.dumps(rep))
@@ -392,10 +393,11 @@ def spy(monkeypatch):
     seen = KernelForSpy()
     orig = routing.Router.kernel_for
 
-    def kernel_for(self, x, w):
-        seen.append((tuple(x.shape), tuple(w.shape), w.dtype))
-        seen.weights.append(w)
-        return orig(self, x, w)
+    def kernel_for(self, x, w, caller=None):
+        if caller is None or caller.selected:  # what the hook hands over to be routed
+            seen.append((tuple(x.shape), tuple(w.shape), w.dtype))
+            seen.weights.append(w)
+        return orig(self, x, w, caller)
 
     monkeypatch.setattr(routing.Router, "kernel_for", kernel_for)
     return seen
@@ -403,16 +405,27 @@ def spy(monkeypatch):
 
 @pytest.fixture
 def selects_calls(monkeypatch):
-    """Every layer the router is asked to judge against the layer file (``Router.selects``)."""
+    """Every layer the router is asked to judge against the layer file (``Router.caller``)."""
     seen = []
-    orig = routing.Router.selects
+    orig = routing.Router.caller
 
-    def selects(self, layer):
-        seen.append(layer)
+    def caller(self, layer):
+        if layer is not None:
+            seen.append(layer)
         return orig(self, layer)
 
-    monkeypatch.setattr(routing.Router, "selects", selects)
+    monkeypatch.setattr(routing.Router, "caller", caller)
     return seen
+
+
+def _decisions(compressors, router) -> dict:
+    """The layer decisions the hook kept on the compressor modules for ``router``: LayerInfo -> selected."""
+    out = {}
+    for c in compressors.values():
+        got = c.__dict__.get(hooks.CALLER_ATTR)
+        if got is not None and got[0] is router:
+            out.update({caller.layer: caller.selected for caller in got[1].values()})
+    return out
 
 
 def _enable(monkeypatch, router=None):
@@ -445,7 +458,7 @@ def test_compressor_calls_route_through_the_hook_with_their_layer(compressors, s
     assert_fp32_close(out, x, c.wkv_gate.weight)
     # One routed call, with the layer's own weight; the layer was named and judged once.
     assert spy == [((4, K), (n, K), BF16)] and spy.weights[0] is c.wkv_gate.weight
-    assert r.layers == {(id(c), False): (LayerInfo(lid, kind), True)}
+    assert _decisions(compressors, r) == {LayerInfo(lid, kind): True}
     assert fake.shapes == [(4, n, K), (4, n, K)]  # its precision probe, then the call
     assert not fake.violations
     assert r.counters() == {("fake", FAKE_KERNEL): 1}
@@ -460,7 +473,7 @@ def test_fused_weight_routes_as_the_fused_kind(compressors, spy, monkeypatch):
     out = compressors["csa"]._compute_wkv_gate(x, weight=fused)
     assert_fp32_close(out, x, fused)
     assert spy == [((8, K), (2560, K), BF16)] and spy.weights[0] is fused
-    assert r.layers == {(id(compressors["csa"]), True): (LayerInfo(3, "fused"), True)}
+    assert _decisions(compressors, r) == {LayerInfo(3, "fused"): True}
     assert fake.shapes == [(8, 2560, K), (8, 2560, K)]
     assert r.counters() == {("fake", FAKE_KERNEL): 1}
 
@@ -499,9 +512,8 @@ def test_per_layer_selection_excludes_compressor_layers(compressors, spy, monkey
     assert torch.equal(outs["hca"], torch.mm(x.float(), compressors["hca"].wkv_gate.weight.float().t()))
     assert torch.equal(outs["csa"], torch.mm(x.float(), compressors["csa"].wkv_gate.weight.float().t()))
     assert spy == [((4, K), (512, K), BF16)] and spy.weights[0] is compressors["indexer"].wkv_gate.weight
-    assert r.layers == {(id(compressors["hca"]), False): (LayerInfo(2, "hca"), False),
-                        (id(compressors["csa"]), False): (LayerInfo(3, "csa"), False),
-                        (id(compressors["indexer"]), False): (LayerInfo(3, "indexer"), True)}
+    assert _decisions(compressors, r) == {LayerInfo(2, "hca"): False, LayerInfo(3, "csa"): False,
+                                          LayerInfo(3, "indexer"): True}
     assert fake.shapes == [(4, 512, K), (4, 512, K)]  # probe + the indexer call
     assert r.counters() == {("torch", "layer not selected"): 2, ("fake", FAKE_KERNEL): 1}
 
@@ -520,7 +532,7 @@ def test_layer_decision_is_made_once_per_compressor_module(compressors, spy, sel
     # One decision per (module, fused or not), however many calls.
     assert selects_calls == [LayerInfo(2, "hca"), LayerInfo(3, "csa"), LayerInfo(3, "indexer"),
                              LayerInfo(3, "fused")]
-    assert {info: sel for info, sel in r.layers.values()} == {
+    assert _decisions(compressors, r) == {
         LayerInfo(2, "hca"): False, LayerInfo(3, "csa"): False, LayerInfo(3, "indexer"): True,
         LayerInfo(3, "fused"): True}
     assert [s[:2] for s in spy] == [((4, K), (512, K)), ((4, K), (2560, K))] * 3
@@ -529,7 +541,7 @@ def test_layer_decision_is_made_once_per_compressor_module(compressors, spy, sel
     selects_calls.clear()
     r2 = _enable(monkeypatch, make_router([ExactFake()], shapes=shapes, selection=LayerSelection(
         layers=frozenset({2}))))
-    assert r2.layers == {}
+    assert _decisions(compressors, r2) == {}
     compressors["hca"]._compute_wkv_gate(x)
     compressors["hca"]._compute_wkv_gate(x)
     assert selects_calls == [LayerInfo(2, "hca")]
@@ -543,8 +555,7 @@ def test_enabled_fallback_equals_sglangs_cpu_path_exactly(compressors, monkeypat
     outs = {k: c._compute_wkv_gate(x) for k, c in compressors.items()}
     # One count per call: SGLang's inner linear_bf16_fp32 is not routed a second time.
     assert r.counters() == {("torch", "cpu tensors"): 3}
-    assert sorted(r.layers.values(), key=repr) == sorted(
-        ((LayerInfo(lid, kind), True) for kind, (lid, *_) in KINDS.items()), key=repr)
+    assert _decisions(compressors, r) == {LayerInfo(lid, kind): True for kind, (lid, *_) in KINDS.items()}
     for k, c in compressors.items():
         w = c.wkv_gate.weight
         assert torch.equal(outs[k], torch.mm(x.float(), w.float().t()))
@@ -560,7 +571,7 @@ def test_disabled_compressor_equals_the_original_exactly(compressors, spy):
         assert torch.equal(out, _original(c, x))
         assert torch.equal(out, torch.mm(x.float(), c.wkv_gate.weight.float().t()))
     r = routing.get_router()
-    assert spy == [] and r.counters() == {} and r.layers == {}
+    assert spy == [] and r.counters() == {} and _decisions(compressors, r) == {}
 
 
 def test_non_bf16_weight_takes_sglangs_own_path(compressors, spy, monkeypatch):
@@ -579,7 +590,7 @@ def test_non_bf16_weight_takes_sglangs_own_path(compressors, spy, monkeypatch):
     assert torch.equal(out, torch.mm(x.float(), w32.t()))
     # The compressor hook named no layer and routed nothing; only the plain linear hook saw the
     # (fp32-weight) call inside SGLang's method, and the router turned it away.
-    assert r.layers == {}
+    assert _decisions(compressors, r) == {}
     assert spy == [((4, K), (1024, K), torch.float32)]
     assert r.counters() == {("torch", "not a 2-D bf16 x bf16 call"): 1}
     assert fake.runs == 0
@@ -594,7 +605,6 @@ def test_plain_linear_callers_route_without_layer_and_keep_their_kwargs(sglang_p
     out = G.linear_bf16_fp32(x, w)
     assert_fp32_close(out, x, w)
     assert spy == [((4, K), (512, K), BF16)] and spy.weights[0] is w and fake.runs == 2
-    assert r.layers == {}  # no layer: the table alone decides
     assert r.counters() == {("fake", FAKE_KERNEL): 1}
     x2 = rand_bf16(5, K)
     out2 = G.linear_bf16_fp32(x2, w, hpc_kernel_min_m=8)  # no row for M=5: SGLang's own call

@@ -19,7 +19,7 @@ once):
                    default); the routed result must also repeat bit for bit
   --eager          host wall time per call without graphs (--eager-calls back-to-back calls,
                    one synchronize, median of --eager-runs), M 1/8/32, N 1024/2560; and the
-                   plugin's fallback path (plugin._around_linear(torch_mm, x, w) at M=200, a shape
+                   plugin's fallback path (hooks.around_linear(torch_mm, x, w) at M=200, a shape
                    without a row) against torch_mm called directly
   --decode-seq     a 61-layer decode step per CUDA graph (per layer: bf16 linear N=1536 on x,
                    the fp32 call on x, bf16 linear N=512 on x; every layer its own weights), with
@@ -231,15 +231,15 @@ class Bench:
         return rec
 
     def eager_shape(self, m: int, n: int, k: int, weights, calls: int, runs: int, fallback: bool) -> dict:
-        from sglang_fp32gemm import plugin
+        from sglang_fp32gemm import hooks
 
         torch_fn = self.torch_fn
         x = common.randn_bf16(m, k, device=self.device)
         if fallback:
-            fns = {"direct": torch_fn, "fallback": lambda a, b: plugin._around_linear(torch_fn, a, b)}
+            fns = {"direct": torch_fn, "fallback": lambda a, b: hooks.around_linear(torch_fn, a, b)}
         else:
             fns = {"torch": torch_fn, "routed": self.routed,
-                   "hooked": lambda a, b: plugin._around_linear(torch_fn, a, b)}
+                   "hooked": lambda a, b: hooks.around_linear(torch_fn, a, b)}
         rec: dict[str, Any] = {"M": m, "N": n, "K": k, "kind": "fallback" if fallback else "routed", "us": {},
                                "enqueue_us": {}, "rel_err": {}, "allclose": {}, "kernel": {}, "note": {}}
         try:
@@ -439,7 +439,7 @@ def markdown_eager(results: list[dict]) -> str:
         ratio = us["routed"] / us["torch"] if us.get("routed") and us.get("torch") else None
         lines.append(f"| {r['M']} | {r['N']} | {r['K']} | {r.get('route', '?')} | "
                      + " | ".join(_fmt(us.get(c)) for c in cols) + f" | {_fmt(ratio, 3)} |")
-    lines += ["", "Fallback path (no row): plugin._around_linear(torch_mm, x, w) vs torch_mm(x, w)", "",
+    lines += ["", "Fallback path (no row): hooks.around_linear(torch_mm, x, w) vs torch_mm(x, w)", "",
               "| M | N | K | direct | fallback | added (wall) | added (host enqueue) |", "|---|---|---|---|---|---|---|"]
     for r in results:
         if r.get("kind") == "fallback":

@@ -4,7 +4,7 @@ The fakes implement the backend interface of ``sglang_fp32gemm.backends.base``
 (available / parse / deterministic / supports / bind / kernel_name) and count
 every call the router makes to them, so tests can say what the router asked
 and when. The router only asks a fast backend about devices in
-``Router.device_types`` whose table key it knows; ``make_router`` adds "cpu"
+``RouteTable.device_types`` whose table key it knows; ``make_router`` adds "cpu"
 and answers every device with its ``key`` (``FAKE_KEY`` by default), so CPU
 tensors take the fast path through the real resolution, binding, probe,
 counters and logging code.
@@ -89,8 +89,8 @@ def make_router(backends: Optional[list[Backend]] = None, table: Optional[TunedT
         by_lib.setdefault(b.libtype, []).append(b)
     cfg = make_config(table, enabled, deterministic, det_table, selection)
     r = Router(cfg, by_lib)
-    r.device_types = ("cuda", "cpu")
-    r.device_key_of = lambda device: key  # type: ignore[method-assign]
+    r.routes.device_types = ("cuda", "cpu")
+    r.routes.device_key_of = lambda device: key  # type: ignore[method-assign]
     return r
 
 

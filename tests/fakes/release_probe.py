@@ -109,7 +109,7 @@ def main() -> None:
     lay = plugin.STATE["layout"]
     REP["layout"] = lay.as_dict() if lay is not None else None
     REP["state"] = {k: plugin.STATE[k] for k in ("registered", "linear_target", "compressor_target",
-                                                 "layer_targets", "hooks", "tgemm_proxy", "errors")}
+                                                 "layer_targets", "hooks", "errors")}
     REP["describe"] = plugin.describe()
 
     # -- every by-name binding of linear_bf16_fp32 is the hooked one ------------------------------
@@ -196,18 +196,17 @@ def main() -> None:
         return make_router([], shapes=[])
 
     # Every layer a hook asks the router to judge against the layer file, with the verdict: once per
-    # compressor module where _compute_wkv_gate is hooked (the router caches it), once per call where
-    # the kv-score methods name the layer for the linear_bf16_fp32 hook.
+    # compressor module (and fused or not) and router; the hook keeps the decision on the module.
     decisions: list = []
-    real_selects = routing.Router.selects
+    real_caller = routing.Router.caller
 
-    def selects(self, layer):
-        got = real_selects(self, layer)
+    def caller(self, layer):
+        got = real_caller(self, layer)
         if layer is not None:
-            decisions.append([layer.layer_id, layer.kind, got])
+            decisions.append([layer.layer_id, layer.kind, got.selected])
         return got
 
-    routing.Router.selects = selects
+    routing.Router.caller = caller
 
     def observe(router, fake=None):
         """What routing saw, in one place: the router's counters, the layers it judged, the fake's runs."""

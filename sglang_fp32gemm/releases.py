@@ -1,0 +1,213 @@
+"""SGLang's release layouts as data, and detection of the installed one.
+
+Every SGLang release with DeepSeek-V4 (0.5.12 to 0.5.23) has the same plugin
+loader and hook registry; the releases differ in where ``linear_bf16_fp32``
+lives, which ``Compressor`` method calls it with the layer at hand, and where
+SGLang's own ROCm/aiter path rounds the fp32 result to bf16.
+``detect_layout()`` matches the installed code (not the version string, so
+patched images are recognised by their code) against ``RELEASE_LAYOUTS``;
+a ``ReleaseLayout`` also answers whether SGLang would round a given call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import sys
+from typing import Any, Optional
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+COMPRESSOR_MODULE = "sglang.srt.layers.attention.dsv4.compressor"
+COMPRESSOR = f"{COMPRESSOR_MODULE}.Compressor"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReleaseLayout:
+    """One family of SGLang releases: where the GEMM is, and what rounds on ROCm.
+
+    ``linear_aiter``: SGLang's ``linear_bf16_fp32`` itself returns
+    ``tgemm.mm(x, w, otype=bf16).float()`` when its module's ``_use_aiter`` is
+    set ("all" weights, or "bf16" weights only); None: no aiter branch.
+    ``compressor_aiter``: the compressor's own aiter GEMM: "_tgemm" (the module
+    global ``_tgemm``, called from ``compute_kv_score`` with bf16 output),
+    "tgemm" (``_compute_wkv_gate`` returns ``tgemm.mm(...).float()`` when the
+    module's ``_use_aiter`` is set, bf16 weights); None: none.
+    """
+
+    releases: str
+    linear_module: str
+    layer_method: str                  # "_compute_wkv_gate" or "compute_kv_score"
+    linear_aiter: Optional[str]
+    compressor_aiter: Optional[str]
+    layer_methods: tuple[str, ...] = ()  # the Compressor methods hooked (filled in by detection)
+    sglang_version: str = ""
+
+    @property
+    def linear_target(self) -> str:
+        return f"{self.linear_module}.linear_bf16_fp32"
+
+    @property
+    def layer_targets(self) -> tuple[str, ...]:
+        methods = self.layer_methods or ((self.layer_method,) if self.layer_method else ())
+        return tuple(f"{COMPRESSOR}.{m}" for m in methods)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["linear_target"], d["layer_targets"] = self.linear_target, list(self.layer_targets)
+        return d
+
+
+# Newest first. Read from the released wheels (sglang==0.5.12 .. 0.5.23).
+RELEASE_LAYOUTS: tuple[ReleaseLayout, ...] = (
+    ReleaseLayout("0.5.22-0.5.23", "sglang.kernels.ops.gemm.bf16_fp32", "_compute_wkv_gate", None, "tgemm"),
+    ReleaseLayout("0.5.21", "sglang.kernels.ops.gemm.bf16_fp32", "_compute_wkv_gate", None, None),
+    ReleaseLayout("0.5.19-0.5.20", "sglang.kernels.ops.attention.dsv4.gemm", "_compute_wkv_gate", "bf16", None),
+    ReleaseLayout("0.5.17-0.5.18", "sglang.kernels.ops.attention.dsv4.gemm", "compute_kv_score", "bf16", None),
+    ReleaseLayout("0.5.15-0.5.16", "sglang.jit_kernel.dsv4.gemm", "compute_kv_score", "all", None),
+    ReleaseLayout("0.5.13-0.5.14", "sglang.jit_kernel.dsv4.gemm", "compute_kv_score", "all", "_tgemm"),
+    ReleaseLayout("0.5.12", "sglang.jit_kernel.deepseek_v4", "compute_kv_score", None, None),
+)
+LINEAR_MODULES: tuple[str, ...] = tuple(dict.fromkeys(lay.linear_module for lay in RELEASE_LAYOUTS))
+# Methods that call the GEMM with the layer at hand on releases without _compute_wkv_gate.
+KV_SCORE_METHODS = ("compute_kv_score", "prelaunch_kv_score")
+
+
+def import_module(module: str) -> tuple[Any, Optional[str]]:
+    """(module, None); (None, None) when SGLang has no such module; (None, cause) when it failed."""
+    try:
+        return importlib.import_module(module), None
+    except ModuleNotFoundError as e:
+        missing = e.name or ""
+        if missing and (module == missing or module.startswith(missing + ".")):
+            return None, None  # the module (or a package above it) is not in this release
+        return None, f"{module} failed to import: {type(e).__name__}: {e}"
+    except Exception as e:  # noqa: BLE001 - any import-time failure is the cause to report
+        return None, f"{module} failed to import: {type(e).__name__}: {e}"
+
+
+def lookup(dotted: str) -> tuple[bool, Optional[str]]:
+    """Whether ``module.Class.attr`` / ``module.attr`` exists, and the import error if one hid it."""
+    parts = dotted.split(".")
+    obj, rest = None, parts[-1:]
+    for i in range(1, len(parts)):
+        mod, err = import_module(".".join(parts[:i]))
+        if err is not None:
+            return False, err
+        if mod is None:  # parts[i-1] is no module: the attribute path starts there
+            rest = parts[i - 1:]
+            break
+        obj = mod
+    if obj is None:
+        return False, None
+    for name in rest:
+        if not hasattr(obj, name):
+            return False, None
+        obj = getattr(obj, name)
+    return True, None
+
+
+def sglang_version() -> str:
+    try:
+        import sglang
+
+        return str(getattr(sglang, "__version__", "?"))
+    except Exception as e:  # noqa: BLE001
+        return f"? ({type(e).__name__}: {e})"
+
+
+def detect_layout() -> tuple[Optional[ReleaseLayout], list[str]]:
+    """The installed SGLang's release layout, and the reasons for anything not found.
+
+    Matched on what the installed code has (not the version string, so patched
+    images are recognised by their code): where ``linear_bf16_fp32`` is,
+    whether ``Compressor`` has ``_compute_wkv_gate``, and the aiter globals of
+    the two modules. A layout outside the table is hooked by the same rules
+    and named "unrecognized".
+    """
+    errors: list[str] = []
+    linear_mod = None
+    linear_name = None
+    failed: list[str] = []
+    for name in LINEAR_MODULES:
+        mod, err = import_module(name)
+        if err is not None:
+            failed.append(err)
+        elif mod is not None and hasattr(mod, "linear_bf16_fp32"):
+            linear_mod, linear_name = mod, name
+            break
+    if linear_mod is None and failed:
+        errors.append(f"linear_bf16_fp32: SGLang's {'; '.join(failed)}; left unpatched")
+    elif linear_mod is None:
+        errors.append("linear_bf16_fp32 not found in SGLang at any of: "
+                      + ", ".join(f"{m}.linear_bf16_fp32" for m in LINEAR_MODULES) + "; left unpatched")
+    elif failed:  # an older location failed to import, but this release defines it elsewhere
+        logger.info("sglang-fp32gemm: ignored while looking for linear_bf16_fp32: %s", "; ".join(failed))
+    comp_mod, err = import_module(COMPRESSOR_MODULE)
+    comp_cls = getattr(comp_mod, "Compressor", None) if comp_mod is not None else None
+    if err is not None:
+        errors.append(f"DeepSeek-V4 compressor: SGLang's {err}; compressor calls are left unpatched")
+    elif comp_cls is None:
+        errors.append(f"{COMPRESSOR} not found (no DeepSeek-V4 in this SGLang); compressor calls are "
+                      "left unpatched")
+    if linear_mod is None and comp_cls is None:
+        return None, errors
+
+    if comp_cls is not None and hasattr(comp_cls, "_compute_wkv_gate"):
+        layer_method, methods = "_compute_wkv_gate", ("_compute_wkv_gate",)
+    elif comp_cls is not None and hasattr(comp_cls, "compute_kv_score"):
+        layer_method = "compute_kv_score"
+        methods = tuple(m for m in KV_SCORE_METHODS if hasattr(comp_cls, m))
+    else:
+        layer_method, methods = "", ()
+        if comp_cls is not None:
+            errors.append(f"{COMPRESSOR} has neither _compute_wkv_gate nor compute_kv_score; compressor "
+                          "calls route without their layer")
+    cvars = vars(comp_mod) if comp_mod is not None else {}
+    compressor_aiter = "_tgemm" if "_tgemm" in cvars else ("tgemm" if "_use_aiter" in cvars else None)
+    linear_has_aiter = linear_mod is not None and "_use_aiter" in vars(linear_mod)
+    version = sglang_version()
+    for known in RELEASE_LAYOUTS:
+        if (known.linear_module == linear_name and known.layer_method == layer_method
+                and known.compressor_aiter == compressor_aiter
+                and (known.linear_aiter is not None) == linear_has_aiter):
+            return dataclasses.replace(known, layer_methods=methods, sglang_version=version), errors
+    # Not a layout we have read, or part of it missing (reported above):
+    # hook what is there; assume the worst of an aiter branch.
+    name = "unrecognized" if linear_mod is not None and comp_cls is not None else "incomplete (see errors)"
+    lay = ReleaseLayout(name, linear_name or "", layer_method, "all" if linear_has_aiter else None,
+                        compressor_aiter, methods, version)
+    if not errors:
+        logger.warning("sglang-fp32gemm: SGLang %s has a layout not in the plugin's table (%s, %s); hooking "
+                       "what was found", version, lay.linear_target, ", ".join(lay.layer_targets))
+    return lay, errors
+
+
+# -- where SGLang's own code rounds to bf16 (ROCm with SGLANG_USE_AITER=1) --------
+def linear_rounds(lay: Optional[ReleaseLayout], w: torch.Tensor) -> bool:
+    """Would SGLang's own ``linear_bf16_fp32`` round this call to bf16 (its aiter branch)?"""
+    if lay is None or lay.linear_aiter is None:
+        return False
+    if not getattr(sys.modules.get(lay.linear_module), "_use_aiter", False):
+        return False
+    return lay.linear_aiter == "all" or w.dtype == torch.bfloat16
+
+
+def compressor_rounds(lay: Optional[ReleaseLayout], w: torch.Tensor) -> bool:
+    """Would SGLang's own path for a compressor GEMM with this weight give a bf16-rounded result?"""
+    if lay is not None and lay.compressor_aiter == "tgemm" and w.dtype == torch.bfloat16 \
+            and getattr(sys.modules.get(COMPRESSOR_MODULE), "_use_aiter", False):
+        return True
+    return linear_rounds(lay, w)
+
+
+def aiter_active(lay: Optional[ReleaseLayout]) -> bool:
+    """Whether the installed SGLang took its aiter branches in this process (ROCm, SGLANG_USE_AITER=1)."""
+    if lay is None:
+        return False
+    lin, comp = sys.modules.get(lay.linear_module), sys.modules.get(COMPRESSOR_MODULE)
+    return bool(getattr(lin, "_use_aiter", False) or getattr(comp, "_use_aiter", False)
+                or getattr(comp, "_tgemm", None) is not None)

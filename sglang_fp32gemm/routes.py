@@ -1,0 +1,195 @@
+"""The route table: which kernel serves each (device, N, K, M), resolved once.
+
+``plan`` is the decision before binding (table row -> the first backend of the
+row's libtype that parses the kernelName, is available, allows the mode and
+takes the shape). ``entry`` turns a plan into an ``Entry`` (a bound, probed
+kernel, or the fallback and its reason) the first time a shape is seen,
+outside graph capture, and caches it in a list indexed by M.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from typing import Any, Callable, Optional
+
+import torch
+
+from sglang_fp32gemm import config as config_mod
+from sglang_fp32gemm.backends.base import MAX_M, Backend
+from sglang_fp32gemm.kernels import Bound, KernelCache
+from sglang_fp32gemm.table import DeviceKey, TunedRow, device_key
+from sglang_fp32gemm.telemetry import Key, Telemetry
+
+CAPTURE_REASON = "not resolved before graph capture"
+
+
+class Entry:
+    """What calls of one shape (or one fallback reason) get: a kernel, or the fallback and why."""
+
+    __slots__ = ("run", "bound", "reason", "row", "key", "first_log")
+
+    def __init__(self, run: Optional[Callable], bound: Optional[Bound], reason: str,
+                 row: Optional[TunedRow] = None, counted: bool = True,
+                 first_log: Optional[tuple[int, str]] = None):
+        #: run(x, w) -> out, or None when the kernel raised; None: take the fallback.
+        self.run = run
+        self.bound = bound
+        self.reason = reason
+        self.row = row
+        #: The counter this entry's calls go to; None: not counted (plugin off).
+        self.key: Optional[Key] = (self.route, self.detail) if counted else None
+        #: (level, message) logged once, at the first counted call.
+        self.first_log = first_log
+
+    @property
+    def route(self) -> str:
+        return self.bound.backend if self.run is not None else "torch"
+
+    @property
+    def detail(self) -> str:
+        return self.bound.kernel_name if self.run is not None else self.reason
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The decision before binding: which backend and config a shape would use."""
+
+    backend: Optional[Backend]
+    cfg: Any
+    row: Optional[TunedRow]
+    reason: str
+
+
+class RouteTable:
+    #: Device types a fast backend may be asked about; tests with fake CPU
+    #: backends add "cpu".
+    device_types: tuple[str, ...] = ("cuda",)
+
+    def __init__(self, config: Optional[config_mod.Config], backends: dict[str, list[Backend]],
+                 deterministic: bool, kernels: KernelCache, telemetry: Telemetry):
+        self.config = config
+        self.backends = backends
+        self.deterministic = deterministic
+        self.kernels = kernels
+        self._telemetry = telemetry
+        self._lock = threading.Lock()
+        self._routes: dict[tuple[int, int, int], list[Optional[Entry]]] = {}
+        self._available: dict[str, tuple[bool, str]] = {}
+        self._dev_keys: dict[int, Optional[DeviceKey]] = {}
+        kernels.on_disable = self.retire
+
+    # -- the hot path's lookup ----------------------------------------------
+    def get(self, device: torch.device, m: int, n: int, k: int) -> Entry:
+        idx = device.index if device.index is not None else -1
+        route = self._routes.get((idx, n, k))
+        e = route[m] if route is not None else None
+        return e if e is not None else self.resolve(device, m, n, k)
+
+    # -- resolution, once per (device, N, K, M) -------------------------------
+    def resolve(self, device: torch.device, m: int, n: int, k: int) -> Entry:
+        idx = device.index if device.index is not None else -1
+        route = self._routes.get((idx, n, k))
+        if route is not None and route[m] is not None:
+            return route[m]
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            # Binding compiles and the probe synchronises: neither may run
+            # inside a capture. This call takes torch; an eager call resolves.
+            self._telemetry.once(logging.WARNING, f"sglang-fp32gemm: M={m} N={n} K={k} on {device} first seen "
+                                 "during CUDA-graph capture; the captured call uses torch (run it once eagerly first)")
+            return Entry(None, None, CAPTURE_REASON)
+        e = self._make_entry(device, m, n, k)  # binds and probes outside the table's lock
+        with self._lock:
+            route = self._routes.setdefault((idx, n, k), [None] * (MAX_M + 1))
+            if route[m] is not None:
+                return route[m]  # another thread resolved it first
+            route[m] = e
+        if e.run is None:
+            self._telemetry.once(logging.INFO, f"sglang-fp32gemm: M={m} N={n} K={k} on {device} uses torch: "
+                                 f"{e.reason}")
+        return e
+
+    def _make_entry(self, device: torch.device, m: int, n: int, k: int) -> Entry:
+        if device.type not in self.device_types:
+            return Entry(None, None, f"{device.type} tensors")
+        p = self.plan(self.device_key_of(device), m, n, k)
+        if p.backend is None:
+            return Entry(None, None, p.reason, p.row)
+        bound = self.kernels.get(p.backend, p.cfg, device, n, k, p.row.M)
+        if bound.fn is None:
+            return Entry(None, bound, bound.disabled_reason, p.row)
+        return Entry(self.kernels.guard(bound), bound, p.reason, p.row)
+
+    def retire(self, bound: Bound) -> None:
+        """A kernel disabled at run time: its entries become fallbacks with its reason."""
+        with self._lock:
+            for route in self._routes.values():
+                for i, e in enumerate(route):
+                    if e is not None and e.bound is bound and e.run is not None:
+                        route[i] = Entry(None, bound, bound.disabled_reason, e.row)
+
+    def device_key_of(self, device: torch.device) -> Optional[DeviceKey]:
+        idx = device.index if device.index is not None else -1
+        if idx not in self._dev_keys:
+            self._dev_keys[idx] = device_key(device)
+        return self._dev_keys[idx]
+
+    def backend_available(self, b: Backend) -> tuple[bool, str]:
+        got = self._available.get(b.name)
+        if got is None:
+            try:
+                got = b.available()
+            except Exception as e:
+                got = (False, f"availability check raised {type(e).__name__}: {e}")
+            self._available[b.name] = got
+            if not got[0]:
+                self._telemetry.once(logging.INFO, f"sglang-fp32gemm: backend {b.name} unavailable: {got[1]}")
+        return got
+
+    def plan(self, dev: Optional[DeviceKey], m: int, n: int, k: int, check_available: bool = True) -> Plan:
+        """Row and backend for a shape on a device key; no binding, no probe."""
+        if self.config is None:
+            return Plan(None, None, None, "bad configuration")
+        if dev is None:
+            return Plan(None, None, None, "no device key")
+        det = self.deterministic
+        row = self.config.det_table.lookup(dev, m, n, k) if det else None
+        row = row or self.config.table.lookup(dev, m, n, k)
+        if row is None:
+            return Plan(None, None, None, f"no tuned row for {dev} N={n} K={k} at this M")
+        candidates = self.backends.get(row.libtype)
+        if not candidates:
+            return Plan(None, None, row, f"row {row.source}: libtype {row.libtype} is served by torch")
+        reasons = []
+        for b in candidates:
+            try:
+                cfg = b.parse(row.kernelName)
+            except ValueError:
+                continue  # another backend of this libtype names it
+            if check_available:
+                ok, why = self.backend_available(b)
+                if not ok:
+                    reasons.append(f"{b.name}: {why}")
+                    continue
+            if det and not b.deterministic(cfg):
+                reasons.append(f"{b.name}: {row.kernelName} is not deterministic (deterministic mode is on)")
+                continue
+            try:
+                ok, why = b.supports(cfg, m, n, k)
+            except Exception as e:
+                ok, why = False, f"supports() raised {type(e).__name__}: {e}"
+            if not ok:
+                reasons.append(f"{b.name}: {why}")
+                continue
+            return Plan(b, cfg, row, f"row {row.source}")
+        return Plan(None, None, row, f"row {row.source}: " + ("; ".join(reasons) or
+                                                              f"no {row.libtype} backend parses {row.kernelName}"))
+
+    def entries(self) -> dict[tuple[int, int, int, int], Entry]:
+        with self._lock:
+            return {(d, n, k, m): e for (d, n, k), route in self._routes.items()
+                    for m, e in enumerate(route) if e is not None}
+
+    def available(self) -> dict[str, tuple[bool, str]]:
+        return {b.name: self.backend_available(b) for bs in self.backends.values() for b in bs}
