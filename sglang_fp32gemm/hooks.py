@@ -78,6 +78,11 @@ def _calling_caller(w: torch.Tensor, r: routing.Router) -> Optional[routing.Call
     return caller_of(comp, False, r)
 
 
+def _untraced(r: routing.Router, x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Under torch.compile: trace SGLang's own call (off, a bad configuration, or autograd needs a graph)."""
+    return not r.enabled or ((x.requires_grad or w.requires_grad) and torch.is_grad_enabled())
+
+
 def _run(r: routing.Router, x: torch.Tensor, w: torch.Tensor,
          caller: Optional[routing.Caller]) -> Optional[torch.Tensor]:
     run = r.kernel_for(x, w, caller)
@@ -93,7 +98,7 @@ def around_linear(original_fn: Callable, x: torch.Tensor, y: torch.Tensor, *args
         return original_fn(x, y, *args, **kwargs)
     caller = _calling_caller(y, r) if _calling.layer is not None else None
     if torch.compiler.is_compiling():
-        if not r.enabled:
+        if _untraced(r, x, y):
             return original_fn(x, y, *args, **kwargs)
         return routing.traced_call(x, y, caller.layer if caller else None)
     out = _run(r, x, y, caller)
@@ -114,7 +119,7 @@ def around_wkv_gate(original_fn: Callable, self: Any, x: torch.Tensor, *args: An
     if not isinstance(weight, torch.Tensor) or weight.dtype != _BF16:
         return original_fn(self, x, *args, **kwargs)  # quantized (GGUF) weights: SGLang's own path
     if torch.compiler.is_compiling():
-        if not r.enabled:
+        if _untraced(r, x, weight):
             return original_fn(self, x, *args, **kwargs)
         return routing.traced_call(x, weight, layer_of(self, fused is not None))
     out = _run(r, x, weight, caller_of(self, fused is not None, r))

@@ -21,10 +21,12 @@ import sys
 import threading
 from typing import Any, Callable, Optional
 
-from sglang_fp32gemm import hooks, releases, routing
+from sglang_fp32gemm import releases
 from sglang_fp32gemm import settings as settings_mod
 from sglang_fp32gemm.errors import ConfigError
-from sglang_fp32gemm.releases import COMPRESSOR_MODULE, ReleaseLayout
+
+# hooks and routing (and the custom op) are imported only when the plugin is
+# on: an installed plugin that is off costs SGLang's processes nothing.
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +38,8 @@ LAYERS_FLAG = "--flydsl-fp32-gemm-layers"
 # What register() found and installed, for explain and tests. A dict, not
 # module globals holding functions: SGLang's registry rebinds any module
 # global that holds a patched original.
-STATE: dict[str, Any] = {"registered": False, "layout": None, "linear_target": None, "compressor_target": None,
-                         "layer_targets": [], "hooks": [], "errors": []}
+STATE: dict[str, Any] = {"registered": False, "off": False, "layout": None, "linear_target": None,
+                         "compressor_target": None, "layer_targets": [], "hooks": [], "errors": []}
 _register_lock = threading.Lock()
 
 
@@ -75,26 +77,23 @@ def register() -> None:
             cause = err_add or err_from or f"{SERVER_ARGS}.add_cli_args/from_cli_args not found"
             _error(f"{cause}: the launch flag {FLAG} is unavailable; use {settings_mod.ENABLE_VAR}=1")
 
-        lay, errors = releases.detect_layout()
-        for e in errors:
-            _error(e)
-        STATE["layout"] = hooks.layout = lay
-        if lay is not None and lay.linear_module:
-            hook(lay.linear_target, hooks.around_linear, HookType.AROUND)
-            STATE["linear_target"] = lay.linear_target
-        if lay is not None and lay.layer_method:
-            around = hooks.around_wkv_gate if lay.layer_method == "_compute_wkv_gate" else hooks.around_kv_score
-            for target in lay.layer_targets:
-                hook(target, around, HookType.AROUND)
-            STATE["layer_targets"] = list(lay.layer_targets)
-            STATE["compressor_target"] = lay.layer_targets[0]
+        if _cleanly_off():
+            # Off costs nothing: no GEMM hook, so SGLang's model code is not
+            # imported for it (the registry imports each hook's target).
+            STATE["off"] = True
+        else:
+            _hook_gemms(hook, HookType)
         STATE["hooks"] = installed
         STATE["registered"] = True
         for line in describe():
             logger.info("sglang-fp32gemm: %s", line)
+        if STATE["off"]:
+            return
         # Load and validate the configuration now, once per process; the
         # router logs a bad one itself (once) and every call takes the fallback.
         try:
+            from sglang_fp32gemm import routing
+
             r = routing.get_router()
             if r.error:
                 # Logged by the router at the first GEMM call (a launcher
@@ -102,6 +101,32 @@ def register() -> None:
                 STATE["errors"].append(f"bad configuration: {r.error}")
         except Exception as e:  # never raise into SGLang's loader
             _error(f"router set-up failed: {type(e).__name__}: {e}")
+
+
+def _cleanly_off() -> bool:
+    """Off by the switch, not by a bad configuration (which is hooked, logged and served exactly)."""
+    try:
+        return not settings_mod.reload().enabled
+    except ConfigError:
+        return False
+
+
+def _hook_gemms(hook: Callable, HookType: Any) -> None:
+    from sglang_fp32gemm import hooks
+
+    lay, errors = releases.detect_layout()
+    for e in errors:
+        _error(e)
+    STATE["layout"] = hooks.layout = lay
+    if lay is not None and lay.linear_module:
+        hook(lay.linear_target, hooks.around_linear, HookType.AROUND)
+        STATE["linear_target"] = lay.linear_target
+    if lay is not None and lay.layer_method:
+        around = hooks.around_wkv_gate if lay.layer_method == "_compute_wkv_gate" else hooks.around_kv_score
+        for target in lay.layer_targets:
+            hook(target, around, HookType.AROUND)
+        STATE["layer_targets"] = list(lay.layer_targets)
+        STATE["compressor_target"] = lay.layer_targets[0]
 
 
 def install() -> None:
@@ -115,9 +140,12 @@ def describe() -> list[str]:
     """What was found and hooked, one line each (``explain`` prints these)."""
     if not STATE["registered"]:
         return ["not registered (SGLang's plugin loader has not run it in this process)"]
-    lay: Optional[ReleaseLayout] = STATE["layout"]
+    lay: Optional[releases.ReleaseLayout] = STATE["layout"]
     out = []
-    if lay is None:
+    if STATE["off"]:
+        out.append(f"off when SGLang loaded it ({settings_mod.ENABLE_VAR} not set): no GEMM hook installed, "
+                   "SGLang's functions are untouched")
+    elif lay is None:
         out.append(f"SGLang {releases.sglang_version()}: no DeepSeek-V4 GEMM found")
     else:
         out.append(f"SGLang {lay.sglang_version}: release layout {lay.releases}")
@@ -153,7 +181,9 @@ def _error(msg: str) -> None:
 
 
 def _tgemm_wrapped() -> bool:
-    return isinstance(getattr(sys.modules.get(COMPRESSOR_MODULE), "_tgemm", None), hooks.CompressorTgemm)
+    hooks = sys.modules.get("sglang_fp32gemm.hooks")
+    real = getattr(sys.modules.get(releases.COMPRESSOR_MODULE), "_tgemm", None)
+    return hooks is not None and isinstance(real, hooks.CompressorTgemm)
 
 
 # -- the launch flags --------------------------------------------------------
@@ -184,6 +214,8 @@ def _after_from_cli_args(result: Any, *args: Any, **kwargs: Any) -> None:
         os.environ[settings_mod.LAYERS_VAR] = os.path.abspath(path)
     # Bad settings stop the launch here, before any model work: one line
     # naming the file:line or the variable, no traceback.
+    from sglang_fp32gemm import routing
+
     try:
         settings_mod.reload()  # the cached settings other modules read
     except ConfigError:

@@ -39,6 +39,7 @@ _BF16 = torch.bfloat16
 NOT_2D_BF16 = "not a 2-D bf16 x bf16 call"
 UNSELECTED = "layer not selected"
 BAD_CONFIG = "bad configuration"
+GRAD = "inputs require grad"
 
 
 def ineligible(x: torch.Tensor, w: torch.Tensor) -> Optional[str]:
@@ -54,6 +55,8 @@ def ineligible(x: torch.Tensor, w: torch.Tensor) -> Optional[str]:
         return "x and w on different devices"
     if not (x.stride(1) == 1 or x.is_contiguous()) or not w.is_contiguous():
         return "x not row-major or w not contiguous"
+    if (x.requires_grad or w.requires_grad) and torch.is_grad_enabled():
+        return GRAD  # a kernel's result has no graph: the fallback keeps the gradient
     return None
 
 

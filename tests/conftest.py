@@ -118,11 +118,28 @@ def sglang_available() -> None:
 
 @pytest.fixture(scope="session")
 def sglang_plugins_loaded(sglang_available):
-    """This process, with SGLang's own load_plugins() run once (hooks applied)."""
+    """This process, with SGLang's own load_plugins() run once, the plugin on (every hook applied).
+
+    The tests then switch the router on and off themselves: a plugin that is
+    off when SGLang loads it installs no GEMM hook at all.
+    """
     from sglang.srt.plugins import load_plugins
 
-    load_plugins()
-    from sglang_fp32gemm import plugin
+    from sglang_fp32gemm import settings
+
+    old = os.environ.get(settings.ENABLE_VAR)
+    os.environ[settings.ENABLE_VAR] = "1"
+    try:
+        load_plugins()
+    finally:
+        if old is None:
+            os.environ.pop(settings.ENABLE_VAR, None)
+        else:
+            os.environ[settings.ENABLE_VAR] = old
+        settings.reload()
+    from sglang_fp32gemm import plugin, routing
+
+    routing.reset_router()
 
     assert plugin.STATE["registered"], plugin.STATE
     return plugin

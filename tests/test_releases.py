@@ -310,7 +310,7 @@ print("REPORT " + json.dumps({"errors": plugin.STATE["errors"], "linear": plugin
 
 def test_an_unrelated_import_failure_is_reported_as_itself():
     proc = subprocess.run([sys.executable, "-c", _MISSING_PACKAGE], capture_output=True, text=True, timeout=300,
-                          env=release_env(NEWEST), cwd=str(REPO_ROOT))
+                          env=release_env(NEWEST, SGLANG_ENABLE_FLYDSL_FP32_GEMM="1"), cwd=str(REPO_ROOT))
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
     assert lines, proc.stderr[-4000:]
     rep = json.loads(lines[-1][len("REPORT "):])

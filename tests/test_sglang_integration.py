@@ -87,8 +87,10 @@ rep["single_wrapper"] = not hasattr(G.linear_bf16_fp32.__wrapped__, "__wrapped__
 
 g = torch.Generator().manual_seed(int.from_bytes(os.urandom(7), "little"))
 x = torch.randn(4, 256, generator=g).bfloat16(); w = torch.randn(64, 256, generator=g).bfloat16()
+rep["env_before"] = {k: os.environ.get(k) for k in (settings.ENABLE_VAR, settings.SOURCE_VAR)}
+# Switched off after loading (hooks installed): SGLang's own result, bit for bit.
+os.environ[settings.ENABLE_VAR] = "0"; settings.reload(); routing.reset_router()
 rep["disabled_exact"] = torch.equal(G.linear_bf16_fp32(x, w), O["linear"](x, w))
-rep["env_before"] = os.environ.get(settings.ENABLE_VAR)
 
 # The launch flags, through SGLang's own argument preparation.
 from sglang.srt.server_args import prepare_server_args
@@ -126,7 +128,9 @@ print("REPORT " + json.dumps(rep))
 def before():
     from conftest import TESTS_DIR
 
-    return _report(run_python(_BEFORE, env=subprocess_env(TESTS_DIR=str(TESTS_DIR)), timeout=500))
+    # On when SGLang loads it, as in a worker of a launch with the flag: every hook is installed.
+    env = subprocess_env(TESTS_DIR=str(TESTS_DIR), SGLANG_ENABLE_FLYDSL_FP32_GEMM="1")
+    return _report(run_python(_BEFORE, env=env, timeout=500))
 
 
 def test_entry_point_is_registered_in_sglangs_group(before):
@@ -153,7 +157,8 @@ def test_registering_twice_applies_each_hook_once(before):
 
 
 def test_hooked_linear_returns_the_original_result_when_disabled_and_on_cpu(before):
-    assert before["env_before"] is None and before["disabled_exact"]
+    assert before["env_before"] == {"SGLANG_ENABLE_FLYDSL_FP32_GEMM": "1", "SGLANG_FLYDSL_FP32_GEMM_SOURCE": None}
+    assert before["disabled_exact"]
     assert before["enabled_exact"]
     assert before["counters"] == {"torch|cpu tensors": 1}
 
@@ -212,7 +217,7 @@ print("REPORT " + json.dumps(rep))
 
 @pytest.fixture(scope="module")
 def after():
-    return _report(run_python(_AFTER, timeout=300))
+    return _report(run_python(_AFTER, timeout=300, env=subprocess_env(SGLANG_ENABLE_FLYDSL_FP32_GEMM="1")))
 
 
 def test_bindings_imported_after_load_plugins_are_the_hooked_ones(after):
@@ -303,7 +308,7 @@ print("REPORT " + json.dumps(rep))
 
 
 def test_missing_sglang_layout_is_one_error_line_naming_every_path():
-    rep = _report(run_python(_NOT_FOUND, timeout=300))
+    rep = _report(run_python(_NOT_FOUND, timeout=300, env=subprocess_env(SGLANG_ENABLE_FLYDSL_FP32_GEMM="1")))
     errs = [m for lvl, m in rep["records"] if lvl == "ERROR"]
     assert len(errs) == 1, errs
     for p in rep["paths"]:

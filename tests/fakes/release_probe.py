@@ -96,7 +96,11 @@ def main() -> None:
     from sglang.srt.plugins import load_plugins
     from sglang.srt.plugins.hook_registry import HookRegistry
 
+    # On when SGLang loads it (as in a launch with the flag): every hook is installed. The probe
+    # switches the router on and off below; a plugin off at load installs no GEMM hook at all.
+    os.environ["SGLANG_ENABLE_FLYDSL_FP32_GEMM"] = "1"
     load_plugins()  # SGLang's own loader: entry point -> register() -> apply_hooks()
+    os.environ.pop("SGLANG_ENABLE_FLYDSL_FP32_GEMM")
     import sglang_fp32gemm
     from sglang_fp32gemm import plugin, routing
     from sglang_fp32gemm import settings as S
