@@ -205,9 +205,10 @@ class StreamBuffers:
         b = self.by_stream.get(stream)
         if b is not None and b.scratch_len >= scratch and b.counters_len >= counters:
             return b
-        return self._replace(stream, scratch, counters)
+        return self.replace(stream, scratch, counters)
 
-    def _replace(self, stream: int, scratch: int, counters: int) -> Buffers:
+    def replace(self, stream: int, scratch: int, counters: int) -> Buffers:
+        """A new pair for ``stream`` (outside capture), unless another thread made one large enough."""
         if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             # Allocating (and zeroing counters) inside a capture would tie the
             # buffers to the graph's pool; the router falls back instead.
@@ -301,7 +302,7 @@ class TritonBackend(Backend):
         )
         plan = self.plan(cfg, n)
         pool = self.buffers(cfg, device, n)
-        by_stream, replace = pool.by_stream, pool._replace
+        by_stream, replace = pool.by_stream, pool.replace
         fast, launch, slow = kern.fast, kern.launch, kern.slow
         get_stream = raw_stream_getter() if on_cuda else (lambda i: 0)
         get_device = current_device_getter() if on_cuda else (lambda: idx)
