@@ -25,6 +25,7 @@ K, stride_xm, stride_wn, stride_om`` then the constexprs of
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import hashlib
@@ -242,8 +243,9 @@ class TritonBackend(Backend):
     SCRATCH_DTYPE: ClassVar[torch.dtype] = torch.int32
 
     @staticmethod
+    @abc.abstractmethod
     def get_kernel() -> Any:
-        raise NotImplementedError
+        """The kernel's ``@triton.jit`` function, built on first use (triton is imported lazily)."""
 
     # -- the interface ---------------------------------------------------------------------------
     def available(self) -> Verdict:
@@ -270,13 +272,13 @@ class TritonBackend(Backend):
         return kernel_source_tag(type(self).get_kernel)
 
     # -- what each kernel says -------------------------------------------------------------------
+    @abc.abstractmethod
     def plan(self, cfg: TileConfig, n: int) -> Callable[[int], Plan]:
         """``m -> (gx, gy, gz, scratch elements, counter elements)`` for one bound (cfg, N)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def buffers(self, cfg: TileConfig, device: torch.device, n: int) -> StreamBuffers:
         """The per-stream buffers a kernel bound for (cfg, device, N) launches with."""
-        raise NotImplementedError
 
     # -- bind --------------------------------------------------------------------------------------
     def bind(self, cfg: TileConfig, device: torch.device, n: int, k: int) -> KernelFn:
@@ -333,6 +335,6 @@ class TritonBackend(Backend):
                      m, n, k, x.stride(0), w.stride(0), out.stride(0))
             return out
 
-        fn.launcher = kern  # type: ignore[attr-defined]  (tests and explain read .fast/.reason)
+        fn.launcher = kern  # type: ignore[attr-defined]  (tests read .fast/.reason)
         fn.buffers = pool  # type: ignore[attr-defined]  (tests read the counters and epochs)
         return fn
