@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from sglang_fp32gemm.backends.base import MAX_M
-from sglang_fp32gemm.backends.triton_epoch import EpochConfig, TritonEpochBackend
-from sglang_fp32gemm.backends.triton_splitk import SplitKConfig, TritonSplitKBackend
+from sglang_fp32gemm.backends.triton import EpochConfig, TritonEpochBackend
+from sglang_fp32gemm.backends.triton_det import SplitKConfig, TritonSplitKBackend
 
 DSV4 = [(m, n, k) for k in (7168, 4096) for n in (512, 1024, 2048, 2560) for m in (1, 2, 5, 8, 16, 31, 32)]
 
@@ -222,3 +222,58 @@ def test_bound_kernel_requires_run_time_arguments_before_constexprs():
 
     with pytest.raises(ValueError, match="run-time"):
         BoundKernel(Fn(), torch.device("cpu"), (torch.float32, 1), {"BM": 16}, 4, 1, try_fast=False)
+
+
+# -- the shared per-stream buffers -------------------------------------------------------------------------
+def test_stream_buffers_are_per_stream_grow_on_demand_and_keep_the_old_ones():
+    from sglang_fp32gemm.backends.triton_base import Buffers, StreamBuffers
+
+    sizes = []
+
+    def allocate(scratch, counters, old):
+        sizes.append((scratch, counters, old))
+        return Buffers(torch.empty(scratch), torch.zeros(counters, dtype=torch.int32))
+
+    pool = StreamBuffers(torch.device("cpu"), allocate, "test")
+    a = pool.get(7, 100, 10)
+    assert pool.get(7, 50, 10) is a and pool.get(7, 100, 1) is a  # large enough: no allocation
+    assert (a.scratch_len, a.counters_len, a.scratch_ptr) == (100, 10, a.scratch.data_ptr())
+    b = pool.get(8, 100, 10)
+    assert b is not a  # another stream: its own buffers
+    c = pool.get(7, 101, 10)
+    assert c is not a and c.scratch_len == 101 and pool.by_stream[7] is c
+    assert pool.retired == [a]  # graphs captured with the old buffers may still replay
+    assert [s[2] for s in sizes] == [None, None, a]
+
+
+def test_ticket_workspace_is_shared_per_device_and_grows_in_powers_of_two():
+    be = TritonSplitKBackend()
+    cpu = torch.device("cpu")
+    p1 = be.buffers(SplitKConfig(16, 32, 64, 4, 4, 2), cpu, 128)
+    p2 = be.buffers(SplitKConfig(32, 64, 128, 2, 4, 4), cpu, 1024)
+    assert p1 is p2  # kernels on one stream run one after the other
+    ws = p1.get(0, 1, 1)
+    assert (ws.scratch_len, ws.counters_len) == (be.MIN_WS_FLOATS, be.MIN_COUNTERS)
+    assert ws.partials is ws.scratch and ws.scratch.dtype == torch.float32
+    big = p1.get(0, be.MIN_WS_FLOATS + 1, 5000)
+    assert (big.scratch_len, big.counters_len) == (2 * be.MIN_WS_FLOATS, 8192)
+    assert int(big.counters.abs().sum()) == 0
+    cfg = SplitKConfig(16, 32, 64, 8, 4, 5)
+    gx, gy, gz, floats, counters = be.plan(cfg, 512)(17)
+    assert ((gx, gy, gz), floats, counters) == (cfg.grid(17, 512), cfg.workspace_floats(17, 512), cfg.counters(17, 512))
+
+
+def test_epoch_buffers_are_per_bound_kernel_sized_for_max_m():
+    be = TritonEpochBackend()
+    cfg = EpochConfig(16, 64, 128, 14, 4, 4)
+    cpu = torch.device("cpu")
+    p1, p2 = be.buffers(cfg, cpu, 1024), be.buffers(cfg, cpu, 1024)
+    assert p1 is not p2  # the counters carry one bound kernel's epochs
+    plan = be.plan(cfg, 1024)
+    gx, gy, gz, slots, n_cnt = plan(17)
+    assert (gx, gy, gz) == (cfg.grid(17, 1024)[0], 1, 1)
+    assert plan(1)[3:] == plan(MAX_M)[3:] == (cfg.flags(1024), cfg.flags(1024) * 14)
+    s = p1.get(0, slots, n_cnt)
+    assert s.flags is s.scratch and s.flags.dtype == torch.int32 and int(s.flags.abs().sum()) == 0
+    with pytest.raises(ValueError, match="outside"):
+        plan(MAX_M + 1)

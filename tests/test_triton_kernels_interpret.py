@@ -26,6 +26,8 @@ import pytest
 
 from conftest import REPO_ROOT, run_python, subprocess_env
 
+from sglang_fp32gemm.exactness import REL_TOL
+
 # (bm, bn, bk, split_k, warps, stages), (M, N, K)
 TICKET_CASES = [
     ((16, 32, 16, 1, 4, 1), (1, 64, 48)),
@@ -55,7 +57,8 @@ import json, os, sys
 assert os.environ.get("TRITON_INTERPRET") == "1"
 assert "triton" not in sys.modules
 import torch
-from sglang_fp32gemm.backends import triton_epoch as E, triton_splitk as T, triton_launch as L
+from sglang_fp32gemm.backends import triton as E, triton_det as T, triton_base as B, triton_launch as L
+from sglang_fp32gemm.exactness import measure, reference
 
 args = json.loads(sys.argv[1])
 seed = int.from_bytes(os.urandom(7), "little")
@@ -71,14 +74,9 @@ def strided(m, k, pad=16):
     return bf16(m, k + pad)[:, :k]
 
 def check(out, x, w):
-    ref = x.double() @ w.double().t()
-    finite = bool(torch.isfinite(out).all())
-    return {
-        "dtype": str(out.dtype), "shape": list(out.shape),
-        "nan": int(torch.isnan(out).sum()),
-        "rel": float((out.double() - ref).norm() / ref.norm()) if finite else float("inf"),
-        "close": bool(torch.allclose(out.double(), ref, atol=1e-2, rtol=1e-4)),
-    }
+    r = measure(out, reference(x, w))
+    return {"dtype": str(out.dtype), "shape": list(out.shape), "nan": int(torch.isnan(out).sum()),
+            "rel": r.rel_err, "close": r.allclose, "ok": r.ok}
 
 # -- raw launches with explicit buffers ------------------------------------------------------------
 ticket = []
@@ -155,11 +153,11 @@ def bound_runs(backend, cfg, n, k, ms):
 tb = T.TritonSplitKBackend()
 fn, res = bound_runs(tb, T.SplitKConfig(16, 32, 64, 4, 4, 2), 128, 512, args["ms"])
 report["bind_ticket"] = {"runs": res, "fast": fn.launcher.fast, "reason": fn.launcher.reason,
-                         "counters_zero": all(int(ws.counters.abs().sum()) == 0 for ws in tb._ws[None].values())}
+                         "counters_zero": all(int(b.counters.abs().sum()) == 0 for b in fn.buffers.by_stream.values())}
 eb = E.TritonEpochBackend()
 ecfg = E.EpochConfig(16, 64, 64, 4, 4, 2)
 fn, res = bound_runs(eb, ecfg, 128, 512, args["ms"])
-s = fn.sync_buffers[0]
+s = fn.buffers.by_stream[0]
 # every call covered tile-row 0; calls with M > 16 covered tile-row 1 too, M > 32 tile-row 2
 n_tiles = 128 // 64
 report["bind_epoch"] = {"runs": res, "fast": fn.launcher.fast, "reason": fn.launcher.reason,
@@ -200,19 +198,16 @@ class Recorder:
         self.jit_fn[(gx, gy, gz)](x, w, out, bufs[b1], bufs[b2], *rest[5:])
 
 fastpath = {}
-for mod, be, cfg, key in ((T, T.TritonSplitKBackend(), T.SplitKConfig(16, 32, 64, 4, 4, 2), "ticket"),
-                          (E, E.TritonEpochBackend(), E.EpochConfig(16, 64, 64, 4, 4, 2), "epoch")):
-    real = mod.BoundKernel
-    mod.BoundKernel = Recorder
+for be, cfg, key in ((T.TritonSplitKBackend(), T.SplitKConfig(16, 32, 64, 4, 4, 2), "ticket"),
+                     (E.TritonEpochBackend(), E.EpochConfig(16, 64, 64, 4, 4, 2), "epoch")):
+    real = B.BoundKernel
+    B.BoundKernel = Recorder
     try:
         fn = be.bind(cfg, torch.device("cpu"), 128, 512)
     finally:
-        mod.BoundKernel = real
+        B.BoundKernel = real
     kern = fn.launcher
-    if key == "ticket":
-        kern.buffers_now = lambda be=be: {t.data_ptr(): t for ws in be._ws[None].values() for t in (ws.partials, ws.counters)}
-    else:
-        kern.buffers_now = lambda fn=fn: {t.data_ptr(): t for s in fn.sync_buffers.values() for t in (s.flags, s.counters)}
+    kern.buffers_now = lambda fn=fn: {t.data_ptr(): t for b in fn.buffers.by_stream.values() for t in (b.scratch, b.counters)}
     rep = {}
     routes = []
     w = bf16(128, 512)
@@ -247,10 +242,10 @@ def report():
 
 
 def _exact(r, what=""):
+    """One ``check`` of the script: fp32, every element written, exact by ``exactness.measure``."""
     assert r["dtype"] == "torch.float32", (what, r)
     assert r["nan"] == 0, (what, r)  # the output was poisoned (or is fresh): every element written
-    assert r["rel"] <= 1e-5, (what, r)
-    assert r["close"], (what, r)
+    assert r["rel"] <= REL_TOL and r["close"] and r["ok"], (what, r)
 
 
 # -- ticket (triton-det) -----------------------------------------------------------------------------
@@ -309,7 +304,7 @@ def test_epoch_wraps_around_int32(report):
 _HANG = r'''
 import os, sys, torch
 assert os.environ.get("TRITON_INTERPRET") == "1"
-from sglang_fp32gemm.backends import triton_epoch as E
+from sglang_fp32gemm.backends import triton as E
 cfg = E.EpochConfig(16, 32, 32, 2, 4, 1)
 flags, cnt = E.new_sync_buffers(cfg, 32, torch.device("cpu"))
 cnt[1] = 1   # split 1 of tile 0 is one epoch ahead of split 0: it must wait for epoch 2

@@ -19,8 +19,8 @@ def all_backends() -> list[Backend]:
     from sglang_fp32gemm.backends.aiter_tgemm import AiterBackend
     from sglang_fp32gemm.backends.cutedsl_warp import CuteDSLWarpBackend
     from sglang_fp32gemm.backends.flydsl_gfx950 import FlyDSLBackend
-    from sglang_fp32gemm.backends.triton_epoch import TritonEpochBackend
-    from sglang_fp32gemm.backends.triton_splitk import TritonSplitKBackend
+    from sglang_fp32gemm.backends.triton import TritonEpochBackend
+    from sglang_fp32gemm.backends.triton_det import TritonSplitKBackend
 
     # On gfx950 aiter's own fixed kernel is preferred when the installed
     # aiter has it; our FlyDSL kernel (same kernelName grammar) is second.

@@ -23,8 +23,8 @@ tactic's arithmetic rules here so that start-up needs no import, and SGLang's
 SGLang compiles the kernel per exact M (M is part of its compile cache key),
 about 1 s each on first use. A bound fn therefore compiles an M on its first
 eager call at that M; a first call at a new M during CUDA-graph capture raises
-``RuntimeError`` instead (the router falls back for that call), since the
-compile allocates and loads a module. SGLang warms every batch size up
+``NotReadyInCapture`` instead (the router falls back for that call and keeps
+the kernel), since the compile allocates and loads a module. SGLang warms every batch size up
 eagerly before capturing it.
 """
 
@@ -272,8 +272,9 @@ class CuteDSLWarpBackend(Backend):
         # looks the compiled kernel up in a functools.cache keyed by nine
         # values, wraps the stream and converts four tensors with CuTe's
         # from_dlpack before the launch. Skipping those would mean calling its
-        # private _compile/_from_dlpack; not done (not measured here: this
-        # machine has no GPU). Here only the allocation of ``out``, the
+        # private _compile/_from_dlpack; not done, and not measured (the eager
+        # host-time runs planned for the H200 did not take place, see
+        # docs/benchmarks/README.md). Here only the allocation of ``out``, the
         # ``w.T`` view and, for an x that is not packed or 32-byte aligned, one
         # copy are added.
         def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

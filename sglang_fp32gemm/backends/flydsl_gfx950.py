@@ -544,38 +544,20 @@ def launches_per_call(cfg: FlyDSLConfig) -> int:
 # The configurations to verify: the shipped gfx950 rows
 # --------------------------------------------------------------------------
 
-_PUBLISHED = "flydsl_hgemm_abf16_wbf16_fp32_t{}_bias0_ktail0_gm1_pft_gfx950"
-# Used only while no packaged gfx950 table exists. (8,1024), (16,2560) and
-# (32,2560) are aiter PR #6005's published configs; the rest are ours,
-# untuned (no MI355X here): the nearest published config for M <= 16, and for
-# N=1024, M=32 a BM=32 tile so W is streamed once, not once per 16 rows.
-FALLBACK_GFX950_ROWS: tuple[tuple[int, int, int, str], ...] = tuple(
-    [(m, 1024, 7168, _PUBLISHED.format("16x64x128x4_ks7_w1x4x1")) for m in (1, 2, 4, 8, 16)]
-    + [(32, 1024, 7168, _PUBLISHED.format("32x64x128x4_ks7_w2x4x1"))]
-    + [(m, 2560, 7168, _PUBLISHED.format("16x64x128x4_ks4_w1x2x1")) for m in (1, 2, 4, 8, 16)]
-    + [(32, 2560, 7168, _PUBLISHED.format("32x32x128x4_ks4_w2x1x1"))]
-)
-
-
 def shipped_gfx950_rows() -> tuple[str, list[tuple[int, int, int, str]]]:
-    """(source, [(M, N, K, kernelName)]) of the packaged gfx950 flydsl rows.
+    """(source, [(M, N, K, kernelName)]) of the packaged gfx950 flydsl rows (configs/gfx950.csv).
 
-    Falls back to FALLBACK_GFX950_ROWS (source "fallback") when the package
-    ships no gfx950 table.
+    Which rows aiter PR #6005 published and which are our untuned guesses is
+    in docs/backends/flydsl.md. ``source`` is "none" (and the list empty)
+    when no packaged table has a gfx950 flydsl row.
     """
+    from sglang_fp32gemm.table import packaged_tables, parse_csv
+
     rows: list[tuple[int, int, int, str]] = []
     sources: list[str] = []
-    try:
-        from sglang_fp32gemm.table import packaged_tables, parse_csv
-
-        tables = packaged_tables()
-    except (ImportError, ModuleNotFoundError, FileNotFoundError):
-        tables = []
-    for name, text in tables:
+    for name, text in packaged_tables():
         got = [r for r in parse_csv(text, name) if r.gfx == ARCH and r.libtype == "flydsl"]
         if got:
             sources.append(name)
             rows.extend((r.M, r.N, r.K, r.kernelName) for r in got)
-    if not rows:
-        return "fallback", list(FALLBACK_GFX950_ROWS)
-    return ", ".join(sources), rows
+    return ", ".join(sources) or "none", rows

@@ -1,6 +1,7 @@
 """Compile a Triton kernel once and launch it with as little host work as possible.
 
-Shared by the two Triton backends (``triton_splitk``, ``triton_epoch``).
+Used by ``triton_base.TritonBackend.bind`` for both Triton backends
+(``triton``: the epoch kernel, ``triton-det``: the ticket kernel).
 
 Why: the ordinary ``kernel[grid](...)`` launch costs about 21 us of host time
 on the H200 machine's CPU (binding the arguments, computing the
@@ -24,8 +25,8 @@ How (``BoundKernel``):
   ``knobs.runtime.launch_enter_hook``/``launch_exit_hook``.
 * The caller must only take the fast path for calls that match the compiled
   specialization (aligned pointers, the same divisibility of the integer
-  arguments); both backends check the two things that vary per call (the
-  x and w pointers and x's row stride) and otherwise use ``slow``.
+  arguments); ``TritonBackend.bind`` checks the two things that vary per
+  call (the x and w pointers and x's row stride) and otherwise uses ``slow``.
 
 Fallback: if anything about that internal API differs (no ``warmup``, no
 ``CompiledKernel`` back, the runner no longer passes ``packed_metadata`` and
@@ -38,12 +39,10 @@ compiled kernel and only ``slow`` is used.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
-import re
 import types
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -52,54 +51,6 @@ logger = logging.getLogger(__name__)
 #: Names the runner inside ``CompiledKernel.__getitem__`` must use for the
 #: launch convention the fast path copies (checked on the installed Triton).
 _RUNNER_NAMES = frozenset({"run", "function", "packed_metadata", "launch_enter_hook", "launch_exit_hook"})
-
-
-@dataclasses.dataclass(frozen=True)
-class TileConfig:
-    """A Triton split-K kernel's configuration; ``name`` is its ``kernelName``.
-
-    Both Triton kernels share the grammar ``<PREFIX>_bm<BM>_bn<BN>_bk<BK>
-    _sk<SPLITK>_w<WARPS>_s<STAGES>``; each subclass names its prefix.
-    """
-
-    PREFIX: ClassVar[str] = ""
-
-    bm: int
-    bn: int
-    bk: int
-    split_k: int
-    num_warps: int
-    num_stages: int
-
-    def __post_init__(self) -> None:
-        for f in ("bm", "bn", "bk"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or v < 16 or v & (v - 1):
-                raise ValueError(f"{f}={v}: must be a power of two >= 16")
-        if self.bm > 256 or self.bn > 256 or self.bk > 1024:
-            raise ValueError(f"tile too large in {self}")
-        if self.split_k < 1 or self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1:
-            raise ValueError(f"bad split_k/num_warps/num_stages in {self}")
-
-    @property
-    def name(self) -> str:
-        return (f"{self.PREFIX}_bm{self.bm}_bn{self.bn}_bk{self.bk}"
-                f"_sk{self.split_k}_w{self.num_warps}_s{self.num_stages}")
-
-    @classmethod
-    def parse(cls, name: str) -> "TileConfig":
-        m = re.match(rf"^{cls.PREFIX}_bm(\d+)_bn(\d+)_bk(\d+)_sk(\d+)_w(\d+)_s(\d+)$", name)
-        if m is None:
-            raise ValueError(f"kernelName {name!r} is not of the form "
-                             f"{cls.PREFIX}_bm<BM>_bn<BN>_bk<BK>_sk<SPLITK>_w<WARPS>_s<STAGES>")
-        return cls(*(int(g) for g in m.groups()))
-
-    def check_shape(self, m: int, n: int, k: int) -> tuple[bool, str]:
-        if n % self.bn:
-            return False, f"N={n} is not a multiple of BN={self.bn}"
-        if k % (self.bk * self.split_k):
-            return False, f"K={k} is not a multiple of BK*split_k={self.bk * self.split_k}"
-        return True, "ok"
 
 
 def raw_stream_getter() -> Callable[[int], int]:

@@ -1,6 +1,7 @@
 """NVIDIA backend ``triton``: a one-launch split-K GEMM, fp32 out, reduced with fp32 atomics.
 
-The fastest design measured on the H200 for M <= 32 (see the peers notes):
+The fastest design measured on the H200 for M <= 32 at N 512 and 1024 and
+most of N 2560 (docs/benchmarks/README.md):
 
 * Swap-AB: W rows are the MMA's M side (``BN`` rows of W per tile, 64 by
   default), tokens the N side, padded to ``BM`` (16 or 32) and masked past M.
@@ -32,8 +33,9 @@ The flag and counter buffers are per (bound kernel, device, stream): the
 counters carry state from call to call, so kernels of different tilings must
 not share them, and two streams must not either. They are sized for
 ``MAX_M`` tokens, zeroed once when allocated (outside graph capture; a
-first call on a stream during capture raises ``RuntimeError`` and the router
-falls back), and never freed while the backend lives.
+first call on a stream during capture raises ``NotReadyInCapture`` and the
+router falls back), and never freed while the backend lives. Binding,
+launching and the per-stream buffers are ``triton_base``'s.
 
 Under ``TRITON_INTERPRET=1`` the interpreter runs the programs one after the
 other in program-id order: split 0 of every tile runs first, so the flag is
@@ -44,17 +46,22 @@ GPU minus the concurrency (tests/test_triton_kernels_interpret.py).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import inspect
 import logging
-import threading
-from typing import Any, ClassVar
+from typing import Callable, ClassVar
 
 import torch
 
-from sglang_fp32gemm.backends.base import MAX_M, OK, Backend, KernelFn, NotReadyInCapture, Verdict
-from sglang_fp32gemm.backends.triton_launch import BoundKernel, TileConfig, current_device_getter, raw_stream_getter
-from sglang_fp32gemm.backends.triton_splitk import sm_count, split_candidates
+from sglang_fp32gemm.backends.base import MAX_M, Verdict
+from sglang_fp32gemm.backends.triton_base import (
+    Buffers,
+    Plan,
+    StreamBuffers,
+    TileConfig,
+    TritonBackend,
+    launch_once,
+    sm_count,
+    split_candidates,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -166,9 +173,14 @@ def _get_kernel():
     return _kernel
 
 
-def _constexprs(cfg: EpochConfig, k: int, upcast: bool) -> dict[str, Any]:
-    return dict(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, SPLIT_K=cfg.split_k,
-                K_ITERS=k // (cfg.bk * cfg.split_k), UPCAST=upcast)
+class SyncBuffers(Buffers):
+    """One stream's epoch flags (the kernel's scratch) and per-(tile, split) epoch counters."""
+
+    __slots__ = ()
+
+    @property
+    def flags(self) -> torch.Tensor:
+        return self.scratch
 
 
 def new_sync_buffers(cfg: EpochConfig, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -198,80 +210,24 @@ def launch(
         raise ValueError(why)
     if flags.numel() < cfg.flags(n) or counters.numel() < cfg.flags(n) * cfg.split_k:
         raise ValueError("flag/counter buffers too small: use new_sync_buffers(cfg, n, device)")
-    _get_kernel()[cfg.grid(m, n)](
-        x, w, out, flags, counters,
-        m, n, k,
-        x.stride(0), w.stride(0), out.stride(0),
-        **_constexprs(cfg, k, upcast=not x.is_cuda),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
-    return out
+    return launch_once(_get_kernel(), cfg, cfg.grid(m, n), x, w, out, flags, counters)
 
 
-def reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """What the kernel computes, in float64."""
-    return x.double() @ w.double().t()
-
-
-def kernel_source_tag() -> str:
-    """Hash of the kernel's source and the installed Triton version (import-free)."""
-    try:
-        from importlib.metadata import version
-
-        tv = version("triton")
-    except Exception:  # not installed
-        tv = "none"
-    src = inspect.getsource(_get_kernel)
-    return f"{hashlib.sha256(src.encode()).hexdigest()[:12]}-triton{tv}"
-
-
-class _Sync:
-    __slots__ = ("flags", "counters", "f_ptr", "c_ptr")
-
-    def __init__(self, flags: torch.Tensor, counters: torch.Tensor):
-        self.flags = flags
-        self.counters = counters
-        self.f_ptr = flags.data_ptr()
-        self.c_ptr = counters.data_ptr()
-
-
-class TritonEpochBackend(Backend):
+class TritonEpochBackend(TritonBackend):
     """The one-launch epoch kernel; serves ``triton_epoch_fp32_*`` rows of ``libtype`` triton."""
 
     name = "triton"
-    libtype = "triton"
+    CONFIG = EpochConfig
+    get_kernel = staticmethod(_get_kernel)
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        # Every sync buffer ever allocated: graphs captured with them may replay.
-        self._all: list[_Sync] = []
-
-    def available(self) -> Verdict:
-        if not torch.cuda.is_available():
-            return False, "no CUDA device"
-        if getattr(torch.version, "hip", None):
-            return False, "ROCm build of torch (gfx rows use the flydsl backends)"
-        try:
-            import triton  # noqa: F401
-        except Exception as e:  # ImportError, or a broken install
-            return False, f"triton does not import ({type(e).__name__}: {e})"
-        return OK
-
-    def parse(self, kernel_name: str) -> EpochConfig:
-        return EpochConfig.parse(kernel_name)
+        # Every bound kernel's buffers: graphs captured with them may replay
+        # after the bound fn itself is gone.
+        self._pools: list[StreamBuffers] = []
 
     def deterministic(self, cfg: EpochConfig) -> bool:
         # fp32 atomic adds in scheduling order; a single split stores plainly.
         return cfg.split_k == 1
-
-    def supports(self, cfg: EpochConfig, m: int, n: int, k: int) -> Verdict:
-        return cfg.check_shape(m, n, k)
-
-    def kernel_name(self, cfg: EpochConfig) -> str:
-        return cfg.name
-
-    def source_tag(self, cfg: EpochConfig) -> str:
-        return kernel_source_tag()
 
     def candidates(self, m: int, n: int, k: int) -> list[EpochConfig]:
         """The tuner's search space for one shape: at most about 25 configs.
@@ -307,77 +263,24 @@ class TritonEpochBackend(Backend):
                             out.append(cfg)
         return out
 
-    def bind(self, cfg: EpochConfig, device: torch.device, n: int, k: int) -> KernelFn:
-        ok, why = cfg.check_shape(1, n, k)
-        if not ok:
-            raise ValueError(why)
-        device = torch.device(device)
-        on_cuda = device.type == "cuda"
-        if on_cuda and device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-        idx = device.index
-        bm, sk = cfg.bm, cfg.split_k
-        n_tiles = n // cfg.bn
-        kern = BoundKernel(
-            _get_kernel(), device,
-            # x, w, out, flags, counters, M, N, K, stride_xm, stride_wn, stride_om
-            (torch.bfloat16, torch.bfloat16, torch.float32, torch.int32, torch.int32, 1, n, k, k, k, n),
-            _constexprs(cfg, k, upcast=not on_cuda), cfg.num_warps, cfg.num_stages, try_fast=on_cuda,
-        )
-        per_stream: dict[int, _Sync] = {}
-        lock, everything = self._lock, self._all
+    def plan(self, cfg: EpochConfig, n: int) -> Callable[[int], Plan]:
+        n_tiles, bm, sk = n // cfg.bn, cfg.bm, cfg.split_k
+        # Sized for MAX_M once: the same buffers serve every M.
+        slots = cfg.flags(n)
+        n_cnt = slots * sk
 
-        def sync_for(stream: int) -> _Sync:
-            s = per_stream.get(stream)
-            if s is not None:
-                return s
-            if on_cuda and torch.cuda.is_current_stream_capturing():
-                raise NotReadyInCapture(
-                    "triton epoch flags for this stream were not allocated before CUDA-graph "
-                    "capture; run the routed call once eagerly on this stream first"
-                )
-            with lock:
-                s = per_stream.get(stream)
-                if s is None:
-                    s = _Sync(*new_sync_buffers(cfg, n, device))
-                    everything.append(s)
-                    per_stream[stream] = s
-            return s
-
-        fast, launch_fast, slow = kern.fast, kern.launch, kern.slow
-        get_stream = raw_stream_getter() if on_cuda else (lambda i: 0)
-        get_device = current_device_getter() if on_cuda else (lambda: idx)
-        f32 = torch.float32
-
-        def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-            m = x.shape[0]
+        def plan(m: int) -> Plan:
             if not 1 <= m <= MAX_M:
                 raise ValueError(f"M={m} is outside 1..{MAX_M}")
-            out = torch.empty((m, n), dtype=f32, device=device)
-            grid = n_tiles * ((m + bm - 1) // bm) * sk
-            if fast and get_device() == idx:
-                sxm = x.stride(0) if m > 1 else k
-                xp = x.data_ptr()
-                wp = w.data_ptr()
-                # Inside the compiled specialization: 16-byte aligned pointers,
-                # x row stride divisible by 16 (out and the buffers always are).
-                if not ((xp | wp | sxm) & 15):
-                    stream = get_stream(idx)
-                    s = per_stream.get(stream) or sync_for(stream)
-                    launch_fast(grid, 1, 1, stream, xp, wp, out.data_ptr(), s.f_ptr, s.c_ptr,
-                                m, n, k, sxm, k, n)
-                    return out
-            if on_cuda:
-                with torch.cuda.device(device):
-                    s = sync_for(get_stream(idx))
-                    slow((grid,), x, w, out, s.flags, s.counters,
-                         m, n, k, x.stride(0), w.stride(0), out.stride(0))
-            else:
-                s = sync_for(0)
-                slow((grid,), x, w, out, s.flags, s.counters,
-                     m, n, k, x.stride(0), w.stride(0), out.stride(0))
-            return out
+            return n_tiles * ((m + bm - 1) // bm) * sk, 1, 1, slots, n_cnt
 
-        fn.launcher = kern  # type: ignore[attr-defined]  (tests and explain read .fast/.reason)
-        fn.sync_buffers = per_stream  # type: ignore[attr-defined]  (tests read the epochs)
-        return fn
+        return plan
+
+    def buffers(self, cfg: EpochConfig, device: torch.device, n: int) -> StreamBuffers:
+        # Per bound kernel: the counters carry this tiling's epochs from call to call.
+        def allocate(slots: int, n_cnt: int, old: Buffers | None) -> Buffers:
+            return SyncBuffers(*new_sync_buffers(cfg, n, device))
+
+        pool = StreamBuffers(device, allocate, "triton epoch flag")
+        self._pools.append(pool)
+        return pool

@@ -1,0 +1,340 @@
+"""What the two Triton backends (``triton`` and ``triton-det``) share.
+
+Each kernel module (``triton.py``: the epoch kernel, ``triton_det.py``: the
+ticket kernel) keeps only its ``@triton.jit`` kernel, its frozen config, its
+buffer layout and its search space; this module has the rest:
+
+* ``TileConfig``: the kernelName grammar ``<PREFIX>_bm<BM>_bn<BN>_bk<BK>
+  _sk<SPLITK>_w<WARPS>_s<STAGES>`` and the shape rules both kernels obey.
+* ``TritonBackend``: availability, parsing, source tag, and ``bind``, which
+  compiles the kernel once (``triton_launch.BoundKernel``) and returns the
+  hot-path closure: the fast C-launcher launch for calls inside the compiled
+  specialization, the ordinary ``kernel[grid](...)`` launch otherwise.
+* ``StreamBuffers``: the two device buffers each kernel takes after ``out``
+  (a scratch buffer and int32 counters), one pair per CUDA stream, since
+  two streams running a kernel at once must not share its counters.
+  Allocated outside graph capture only; a stream met for the first time
+  (or needing larger buffers) inside capture raises ``NotReadyInCapture``
+  and the router falls back for that call. Never freed: graphs captured
+  earlier keep using the buffers they saw.
+
+Both kernels take the same parameters: ``x, w, out, scratch, counters, M, N,
+K, stride_xm, stride_wn, stride_om`` then the constexprs of
+``TileConfig.constexprs``.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import dataclasses
+import hashlib
+import inspect
+import logging
+import math
+import re
+import threading
+from typing import Any, Callable, ClassVar, Optional
+
+import torch
+
+from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, NotReadyInCapture, Verdict
+from sglang_fp32gemm.backends.triton_launch import BoundKernel, current_device_getter, raw_stream_getter
+
+logger = logging.getLogger(__name__)
+
+#: What a kernel needs for one call of M rows: the grid (3-D) and the
+#: minimum sizes, in elements, of its scratch and counter buffers.
+Plan = tuple[int, int, int, int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class TileConfig:
+    """A Triton split-K kernel's configuration; ``name`` is its ``kernelName``.
+
+    Both Triton kernels share the grammar ``<PREFIX>_bm<BM>_bn<BN>_bk<BK>
+    _sk<SPLITK>_w<WARPS>_s<STAGES>``; each subclass names its prefix.
+    """
+
+    PREFIX: ClassVar[str] = ""
+
+    bm: int
+    bn: int
+    bk: int
+    split_k: int
+    num_warps: int
+    num_stages: int
+
+    def __post_init__(self) -> None:
+        for f in ("bm", "bn", "bk"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or v < 16 or v & (v - 1):
+                raise ValueError(f"{f}={v}: must be a power of two >= 16")
+        if self.bm > 256 or self.bn > 256 or self.bk > 1024:
+            raise ValueError(f"tile too large in {self}")
+        if self.split_k < 1 or self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1:
+            raise ValueError(f"bad split_k/num_warps/num_stages in {self}")
+
+    @property
+    def name(self) -> str:
+        return (f"{self.PREFIX}_bm{self.bm}_bn{self.bn}_bk{self.bk}"
+                f"_sk{self.split_k}_w{self.num_warps}_s{self.num_stages}")
+
+    @classmethod
+    def parse(cls, name: str) -> "TileConfig":
+        m = re.match(rf"^{cls.PREFIX}_bm(\d+)_bn(\d+)_bk(\d+)_sk(\d+)_w(\d+)_s(\d+)$", name)
+        if m is None:
+            raise ValueError(f"kernelName {name!r} is not of the form "
+                             f"{cls.PREFIX}_bm<BM>_bn<BN>_bk<BK>_sk<SPLITK>_w<WARPS>_s<STAGES>")
+        return cls(*(int(g) for g in m.groups()))
+
+    def check_shape(self, m: int, n: int, k: int) -> Verdict:
+        if n % self.bn:
+            return False, f"N={n} is not a multiple of BN={self.bn}"
+        if k % (self.bk * self.split_k):
+            return False, f"K={k} is not a multiple of BK*split_k={self.bk * self.split_k}"
+        return OK
+
+    def constexprs(self, k: int, upcast: bool) -> dict[str, Any]:
+        """The kernels' ``tl.constexpr`` arguments for this config and K.
+
+        ``K_ITERS`` (K steps per split) is a compile-time constant so that
+        Triton knows every split starts at a multiple of BK; ``UPCAST``
+        makes the CPU interpreter multiply in exact fp32 (it mis-multiplies
+        bf16 dots).
+        """
+        return dict(BM=self.bm, BN=self.bn, BK=self.bk, SPLIT_K=self.split_k,
+                    K_ITERS=k // (self.bk * self.split_k), UPCAST=upcast)
+
+
+def kernel_source_tag(get_kernel: Callable[[], Any]) -> str:
+    """Hash of a kernel builder's source and the installed Triton version (import-free)."""
+    try:
+        from importlib.metadata import version
+
+        tv = version("triton")
+    except Exception:  # not installed
+        tv = "none"
+    src = inspect.getsource(get_kernel)
+    return f"{hashlib.sha256(src.encode()).hexdigest()[:12]}-triton{tv}"
+
+
+def launch_once(
+    jit_fn: Any,
+    cfg: TileConfig,
+    grid: tuple[int, ...],
+    x: torch.Tensor,
+    w: torch.Tensor,
+    out: torch.Tensor,
+    scratch: torch.Tensor,
+    counters: torch.Tensor,
+) -> torch.Tensor:
+    """One ordinary ``kernel[grid](...)`` launch into ``out`` with explicit buffers (tests, tuner)."""
+    m, k = x.shape
+    n = w.shape[0]
+    jit_fn[grid](
+        x, w, out, scratch, counters,
+        m, n, k,
+        x.stride(0), w.stride(0), out.stride(0),
+        **cfg.constexprs(k, upcast=not x.is_cuda),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return out
+
+
+def sm_count() -> int:
+    """SMs of the current CUDA device; 132 (an H100/H200) without one."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    return 132
+
+
+def split_candidates(iters: int, tiles: int, sms: int, lo: float, hi: float, keep: int,
+                     target: float, min_iters: int) -> list[int]:
+    """Split counts for a K loop of ``iters`` steps over ``tiles`` output tiles.
+
+    Only splits dividing ``iters`` with at least ``min_iters`` steps each and
+    ``lo * sms <= tiles * split <= hi * sms`` programs; the ``keep`` whose
+    program count is nearest (in ratio) to ``target * sms``, in increasing
+    order. Counts need not be powers of two (K=7168 = 7 * 1024).
+    """
+    ok = [s for s in range(1, iters + 1)
+          if iters % s == 0 and iters // s >= min_iters and lo * sms <= tiles * s <= hi * sms]
+    ok.sort(key=lambda s: abs(math.log(tiles * s / (target * sms))))
+    return sorted(ok[:keep])
+
+
+class Buffers:
+    """One stream's pair of buffers: the kernel's scratch (flags or partials) and its int32 counters.
+
+    The raw pointers and sizes are read once here, not on every call.
+    """
+
+    __slots__ = ("scratch", "counters", "scratch_ptr", "counters_ptr", "scratch_len", "counters_len")
+
+    def __init__(self, scratch: torch.Tensor, counters: torch.Tensor):
+        self.scratch = scratch
+        self.counters = counters
+        self.scratch_ptr = scratch.data_ptr()
+        self.counters_ptr = counters.data_ptr()
+        self.scratch_len = scratch.numel()
+        self.counters_len = counters.numel()
+
+
+#: ``(scratch elements, counter elements, the buffers being replaced or None) -> new Buffers``.
+Allocate = Callable[[int, int, Optional[Buffers]], Buffers]
+
+
+class StreamBuffers:
+    """A kernel's ``Buffers`` on one device, one pair per raw CUDA stream (key 0 on CPU).
+
+    ``get(stream, scratch, counters)`` returns the stream's pair when it is
+    large enough, else allocates a new one with ``allocate`` (outside graph
+    capture only). A replaced pair is kept in ``retired``: graphs captured
+    with it may still replay.
+    """
+
+    def __init__(self, device: torch.device, allocate: Allocate, what: str):
+        self.device = device
+        self.by_stream: dict[int, Buffers] = {}
+        self.retired: list[Buffers] = []
+        self._allocate = allocate
+        self._what = what
+        self._lock = threading.Lock()
+
+    def get(self, stream: int, scratch: int, counters: int) -> Buffers:
+        b = self.by_stream.get(stream)
+        if b is not None and b.scratch_len >= scratch and b.counters_len >= counters:
+            return b
+        return self.replace(stream, scratch, counters)
+
+    def replace(self, stream: int, scratch: int, counters: int) -> Buffers:
+        """A new pair for ``stream`` (outside capture), unless another thread made one large enough."""
+        if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            # Allocating (and zeroing counters) inside a capture would tie the
+            # buffers to the graph's pool; the router falls back instead.
+            raise NotReadyInCapture(
+                f"{self._what} buffers for this stream are missing or too small during CUDA-graph "
+                "capture; run the routed call once eagerly on this stream (at this M) first"
+            )
+        with self._lock:
+            old = self.by_stream.get(stream)
+            if old is not None and old.scratch_len >= scratch and old.counters_len >= counters:
+                return old
+            new = self._allocate(scratch, counters, old)
+            if old is not None:
+                self.retired.append(old)
+            self.by_stream[stream] = new
+            return new
+
+
+class TritonBackend(Backend):
+    """The part of a Triton split-K backend that does not depend on its kernel.
+
+    A subclass sets ``name``, ``CONFIG`` (its ``TileConfig`` subclass) and
+    ``get_kernel`` (the builder of its ``@triton.jit`` kernel), and
+    implements ``plan`` (grid and buffer sizes per M), ``buffers`` (where
+    its per-stream buffers live), ``deterministic`` and ``candidates``.
+    """
+
+    libtype = "triton"
+    CONFIG: ClassVar[type[TileConfig]] = TileConfig
+    #: The kernel's scratch buffer dtype, for the compiled specialization.
+    SCRATCH_DTYPE: ClassVar[torch.dtype] = torch.int32
+
+    @staticmethod
+    @abc.abstractmethod
+    def get_kernel() -> Any:
+        """The kernel's ``@triton.jit`` function, built on first use (triton is imported lazily)."""
+
+    # -- the interface ---------------------------------------------------------------------------
+    def available(self) -> Verdict:
+        if not torch.cuda.is_available():
+            return False, "no CUDA device"
+        if getattr(torch.version, "hip", None):
+            return False, "ROCm build of torch (gfx rows use the flydsl backends)"
+        try:
+            import triton  # noqa: F401
+        except Exception as e:  # ImportError, or a broken install
+            return False, f"triton does not import ({type(e).__name__}: {e})"
+        return OK
+
+    def parse(self, kernel_name: str) -> TileConfig:
+        return self.CONFIG.parse(kernel_name)
+
+    def supports(self, cfg: TileConfig, m: int, n: int, k: int) -> Verdict:
+        return cfg.check_shape(m, n, k)
+
+    def kernel_name(self, cfg: TileConfig) -> str:
+        return cfg.name
+
+    def source_tag(self, cfg: TileConfig) -> str:
+        return kernel_source_tag(type(self).get_kernel)
+
+    # -- what each kernel says -------------------------------------------------------------------
+    @abc.abstractmethod
+    def plan(self, cfg: TileConfig, n: int) -> Callable[[int], Plan]:
+        """``m -> (gx, gy, gz, scratch elements, counter elements)`` for one bound (cfg, N)."""
+
+    @abc.abstractmethod
+    def buffers(self, cfg: TileConfig, device: torch.device, n: int) -> StreamBuffers:
+        """The per-stream buffers a kernel bound for (cfg, device, N) launches with."""
+
+    # -- bind --------------------------------------------------------------------------------------
+    def bind(self, cfg: TileConfig, device: torch.device, n: int, k: int) -> KernelFn:
+        """Compile once for (cfg, device, N, K) and return the hot-path ``fn(x, w)``.
+
+        ``fn.launcher`` is the ``BoundKernel`` (``.fast``/``.reason`` say
+        whether the C-launcher path is used); ``fn.buffers`` the
+        ``StreamBuffers`` it launches with.
+        """
+        ok, why = cfg.check_shape(1, n, k)
+        if not ok:
+            raise ValueError(why)
+        device = torch.device(device)
+        on_cuda = device.type == "cuda"
+        if on_cuda and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        idx = device.index
+        kern = BoundKernel(
+            type(self).get_kernel(), device,
+            # x, w, out, scratch, counters, M, N, K, stride_xm, stride_wn, stride_om
+            (torch.bfloat16, torch.bfloat16, torch.float32, self.SCRATCH_DTYPE, torch.int32, 1, n, k, k, k, n),
+            cfg.constexprs(k, upcast=not on_cuda), cfg.num_warps, cfg.num_stages, try_fast=on_cuda,
+        )
+        plan = self.plan(cfg, n)
+        pool = self.buffers(cfg, device, n)
+        by_stream, replace = pool.by_stream, pool.replace
+        fast, launch, slow = kern.fast, kern.launch, kern.slow
+        get_stream = raw_stream_getter() if on_cuda else (lambda i: 0)
+        get_device = current_device_getter() if on_cuda else (lambda: idx)
+        on_device = (lambda: torch.cuda.device(device)) if on_cuda else contextlib.nullcontext
+        f32 = torch.float32
+
+        def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            m = x.shape[0]
+            gx, gy, gz, need_s, need_c = plan(m)
+            out = torch.empty((m, n), dtype=f32, device=device)
+            if fast and get_device() == idx:
+                sxm = x.stride(0) if m > 1 else k
+                xp = x.data_ptr()
+                wp = w.data_ptr()
+                # Inside the compiled specialization: 16-byte aligned pointers,
+                # x row stride divisible by 16 (out and the buffers always are).
+                if not ((xp | wp | sxm) & 15):
+                    stream = get_stream(idx)
+                    b = by_stream.get(stream)
+                    if b is None or b.scratch_len < need_s or b.counters_len < need_c:
+                        b = replace(stream, need_s, need_c)
+                    launch(gx, gy, gz, stream, xp, wp, out.data_ptr(), b.scratch_ptr, b.counters_ptr,
+                           m, n, k, sxm, k, n)
+                    return out
+            with on_device():
+                b = pool.get(get_stream(idx), need_s, need_c)
+                slow((gx, gy, gz), x, w, out, b.scratch, b.counters,
+                     m, n, k, x.stride(0), w.stride(0), out.stride(0))
+            return out
+
+        fn.launcher = kern  # type: ignore[attr-defined]  (tests read .fast/.reason)
+        fn.buffers = pool  # type: ignore[attr-defined]  (tests read the counters and epochs)
+        return fn
