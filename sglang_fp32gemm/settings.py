@@ -27,7 +27,7 @@ What each variable accepts
     or only whitespace: follow ``SGLANG_ENABLE_DETERMINISTIC_INFERENCE``.
 ``SGLANG_FLYDSL_FP32_GEMM_PROBE_CACHE`` (directory)
     Where passed child-process probe verdicts are kept
-    (``backends/isolated_probe.py``). Unset or empty:
+    (``backends/verdict_cache.py``). Unset or empty:
     ``$XDG_CACHE_HOME/sglang_fp32gemm/probes``, else
     ``~/.cache/sglang_fp32gemm/probes``. Never an error: a directory that
     cannot be written only means no caching.

@@ -1,7 +1,8 @@
 """A kernel's first probe in a child process: faults, hangs and wrong results disable it; passes are cached.
 
 The fake backends (``fakes/probe_fakes.py``) run on the CPU; the child
-finds them through the resolver ``fakes.probe_fakes:by_name``. Each child
+finds them through the resolver ``fakes.probe_fakes:by_name`` (a test hook:
+it is not part of the verdict key, so every test uses its own cache dir). Each child
 that binds a kernel appends a line to a count file, so the tests can tell a
 cache hit (no child ran the kernel) from a fresh probe.
 """
@@ -19,6 +20,8 @@ from conftest import TESTS_DIR
 from fakes import probe_fakes
 from sglang_fp32gemm import settings as S
 from sglang_fp32gemm.backends import isolated_probe as P
+from sglang_fp32gemm.backends import probe_child as C
+from sglang_fp32gemm.backends import verdict_cache as V
 
 RESOLVER = "fakes.probe_fakes:by_name"
 SHAPE = (4, 32, 64)
@@ -120,7 +123,7 @@ def test_corrupt_or_foreign_cache_entries_are_ignored(probe_env):
     (entry,) = cache.glob("*.json")
     good = entry.read_bytes()
     fields = json.loads(good)["key"]
-    assert P.read_cached(entry, fields).ok
+    assert V.read(entry, fields).ok
 
     def edited(**result) -> bytes:
         d = json.loads(good)
@@ -131,15 +134,15 @@ def test_corrupt_or_foreign_cache_entries_are_ignored(probe_env):
                  b"\xff\xfe\x00", b"", edited(ok=False), edited(ok="yes"), edited(rel_err=0.5),
                  edited(rel_err=None), edited(shape=[4, 32])):
         entry.write_bytes(data)
-        assert P.read_cached(entry, fields) is None, data
+        assert V.read(entry, fields) is None, data
     entry.unlink()
     entry.mkdir()  # not even a file
-    assert P.read_cached(entry, fields) is None
+    assert V.read(entry, fields) is None
     entry.rmdir()
     entry.write_bytes(b"{not json")
     r = _probe("pass")  # end to end: the corrupt entry is ignored and replaced by a fresh pass
     assert r.ok and "cached" not in r.detail and _children(count) == 2
-    assert P.read_cached(entry, fields).ok
+    assert V.read(entry, fields).ok
 
 
 def test_an_unwritable_cache_dir_means_no_caching(probe_env, monkeypatch, tmp_path, caplog):
@@ -147,8 +150,8 @@ def test_an_unwritable_cache_dir_means_no_caching(probe_env, monkeypatch, tmp_pa
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv(S.PROBE_CACHE_VAR, str(blocker / "sub"))  # cannot be created
-    monkeypatch.setattr(P, "_cache_write_warned", False)
-    with caplog.at_level("DEBUG", logger=P.__name__):
+    monkeypatch.setattr(V, "_write_warned", False)
+    with caplog.at_level("DEBUG", logger=V.__name__):
         assert _probe("pass").ok and _probe("pass").ok
     assert _children(count) == 2
     assert sum("not cached" in rec.getMessage() for rec in caplog.records) == 1
@@ -156,14 +159,15 @@ def test_an_unwritable_cache_dir_means_no_caching(probe_env, monkeypatch, tmp_pa
 
 def test_cache_key_covers_kernel_shape_tag_and_versions():
     dev = torch.device("cpu")
-    base = P.cache_key_fields("b", "kern", 1024, 7168, "t1", dev)
+    base = V.key_fields("b", "kern", 1024, 7168, "t1", dev)
     assert base["torch"] == torch.__version__ and base["device"]["type"] == "cpu"
     assert {"package", "hip", "cuda", "driver"} <= set(base)
-    p0 = P.cache_path("/c", base)
+    assert "resolver" not in base  # a test hook is no part of what a verdict is valid for
+    p0 = V.entry_path("/c", base)
     for change in [("b2", "kern", 1024, 7168, "t1"), ("b", "kern2", 1024, 7168, "t1"),
                    ("b", "kern", 2560, 7168, "t1"), ("b", "kern", 1024, 4096, "t1"), ("b", "kern", 1024, 7168, "t2")]:
-        assert P.cache_path("/c", P.cache_key_fields(*change, dev)) != p0, change
-    assert P.cache_path("/c", P.cache_key_fields("b", "kern", 1024, 7168, "t1", dev)) == p0
+        assert V.entry_path("/c", V.key_fields(*change, dev)) != p0, change
+    assert V.entry_path("/c", V.key_fields("b", "kern", 1024, 7168, "t1", dev)) == p0
 
 
 def test_the_child_prints_one_verdict_line(probe_env):
@@ -171,11 +175,11 @@ def test_the_child_prints_one_verdict_line(probe_env):
     import sys
 
     m, n, k = SHAPE
-    out = subprocess.run([sys.executable, "-m", "sglang_fp32gemm.backends.isolated_probe", "--backend", "probefake",
+    out = subprocess.run([sys.executable, "-m", "sglang_fp32gemm.backends.probe_child", "--backend", "probefake",
                           "--kernel", "bf16", "--device", "cpu", "--m", str(m), "--n", str(n), "--k", str(k),
                           "--resolver", RESOLVER], capture_output=True, text=True, timeout=OK_TIMEOUT)
     assert out.returncode == 0, out.stderr
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith(P.RESULT_MARKER)]
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith(C.RESULT_MARKER)]
     assert len(lines) == 1
-    d = json.loads(lines[0][len(P.RESULT_MARKER):])
+    d = json.loads(lines[0][len(C.RESULT_MARKER):])
     assert d["ok"] is False and d["shape"] == [m, n, k] and 1e-4 < d["rel_err"] < 1e-2
