@@ -4,26 +4,43 @@ For kernels this project has never run on their hardware (the gfx950 FlyDSL
 kernels, aiter's), a GPU fault, a hang or a wrong result in the probe must
 disable that kernel, not take SGLang down. ``probe_in_child`` therefore runs
 the probe (``probe_child.py``: ``exactness.check`` on the bound kernel) in a
-fresh interpreter (``sys.executable -m sglang_fp32gemm.backends.probe_child``;
-never ``fork``, which would copy the parent's CUDA/HIP state) and waits for
-it. The result is the child's verdict; or failed with "hung for Ns" after
-``timeout_s`` (the child's process group is killed); or failed with the exit
-code or signal and the last lines of its stderr.
+fresh interpreter (never ``fork``, which would copy the parent's CUDA/HIP
+state) and waits for it:
 
-Passed verdicts (only those) are cached on disk (``verdict_cache.py``); a
-later start with the same key skips the child. Cost at start-up: one child
-per kernel not yet cached, each importing torch and the backend, compiling
-the kernel and running it twice (a few seconds to tens of seconds with a
-cold compiler cache); nothing once cached.
+* The child imports this very copy of the package: it is started as
+  ``sys.executable -c BOOT``, where BOOT drops the working directory from
+  ``sys.path``, puts this package's root there if it is missing, and exits
+  with an error unless ``sglang_fp32gemm`` then resolves to this copy. A
+  ``sglang_fp32gemm`` (or ``torch``) in the working directory is never run.
+* It leads its own session; its stdout and stderr go to one pipe of which the
+  parent keeps only the last ``TAIL_BYTES`` (read as they come), and its
+  verdict goes to a private temporary file, so output without a newline
+  cannot hide the verdict and a flood of output costs no memory.
+* The parent waits for the child's exit (not for the pipe's end: a helper
+  process may hold it), then reads the verdict and kills what is left of the
+  child's process group. The result is the child's verdict; or failed with
+  "hung for Ns" after ``timeout_s`` (``SGLANG_FLYDSL_FP32_GEMM_PROBE_TIMEOUT``,
+  default 120; the process group is killed); or failed with the exit code or
+  signal and the tail of its output.
+
+Passed verdicts (only those) are cached on disk (``verdict_cache.py``: key,
+trust rules); a later start with the same key skips the child. Cost at
+start-up: one child per kernel not yet cached, each importing torch and the
+backend, compiling the kernel and running it twice (a few seconds to tens
+of seconds with a cold compiler cache); nothing once cached.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -35,10 +52,36 @@ from sglang_fp32gemm.backends.probe_child import DEFAULT_RESOLVER, fail
 
 logger = logging.getLogger(__name__)
 
-STDERR_TAIL_LINES = 6
+#: How much of the child's output the parent keeps (the end of it).
+TAIL_BYTES = 4096
+_TAIL_LINES = 6
 _KILL_WAIT_S = 5.0
+_DRAIN_S = 1.0
+_MAX_VERDICT_BYTES = 64 << 10
 
 DeviceLike = Union[int, str, torch.device]
+
+#: argv: [-c, package root, child arguments...]. Runs before anything of the
+#: package is imported: the working directory ('' from -c) never reaches sys.path.
+_BOOT = """\
+import importlib.util, os, sys
+root = sys.argv[1]
+want = os.path.realpath(os.path.join(root, "sglang_fp32gemm", "__init__.py"))
+sys.path[:] = [p for p in sys.path if p]
+if root not in sys.path:
+    sys.path.insert(0, root)
+def found():
+    spec = importlib.util.find_spec("sglang_fp32gemm")
+    return os.path.realpath(spec.origin) if spec is not None and spec.origin else None
+if found() != want:
+    sys.path.insert(0, root)
+    importlib.invalidate_caches()
+    if found() != want:
+        sys.stderr.write(f"probe child: sglang_fp32gemm resolves to {found()}, not {want}\\n")
+        os._exit(3)
+from sglang_fp32gemm.backends.probe_child import run
+run(sys.argv[2:])
+"""
 
 
 def as_device(device: DeviceLike) -> torch.device:
@@ -53,89 +96,141 @@ def as_device(device: DeviceLike) -> torch.device:
     return dev
 
 
-def _tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
-    kept = [ln.strip()[:300] for ln in text.splitlines() if ln.strip()][-lines:]
-    return " | ".join(kept) if kept else "(no stderr)"
+class _OutputTail:
+    """Reads a pipe as it fills, keeping only its last ``limit`` bytes (a thread)."""
+
+    def __init__(self, pipe: Any, limit: int = TAIL_BYTES):
+        self._pipe, self._limit = pipe, limit
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+        self._stop_at: Optional[float] = None
+        self._thread = threading.Thread(target=self._run, name="sglang-fp32gemm-probe-output", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        fd = self._pipe.fileno()
+        try:
+            while True:
+                ready, _, _ = select.select([fd], [], [], 0.05)
+                stop_at = self._stop_at
+                if stop_at is not None and (not ready or time.monotonic() > stop_at):
+                    break  # told to stop: what was written is read, or a helper keeps writing
+                if not ready:
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    break
+                with self._lock:
+                    self._buf += chunk
+                    del self._buf[:-self._limit]
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._pipe.close()
+
+    def finish(self, drain_s: float = _DRAIN_S) -> str:
+        """Stop reading once what is already written is read (at most ``drain_s``); the tail, in lines."""
+        self._stop_at = time.monotonic() + drain_s
+        self._thread.join(drain_s + 1.0)
+        with self._lock:
+            text = self._buf.decode("utf-8", "replace")
+        kept = [ln.strip()[:300] for ln in text.splitlines() if ln.strip()][-_TAIL_LINES:]
+        return " | ".join(kept) if kept else "(no output)"
 
 
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    # The child imports this very package, whatever its working directory. An
-    # installed package is found through site-packages anyway (and putting
-    # site-packages on PYTHONPATH would move it ahead of the standard library).
-    root = str(Path(__file__).resolve().parents[2])
-    if root not in _site_dirs():
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
-
-
-def _site_dirs() -> set[str]:
-    import site
-
-    dirs = list(getattr(site, "getsitepackages", lambda: [])())
-    user = getattr(site, "getusersitepackages", lambda: None)()
-    if user:
-        dirs.append(user)
-    return {str(Path(d).resolve()) for d in dirs}
+def _package_root() -> str:
+    return str(Path(__file__).resolve().parents[2])
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the child leads its own session: also its helpers
     except (ProcessLookupError, PermissionError, OSError):
-        try:
-            proc.kill()
-        except OSError:
-            pass
+        if proc.returncode is None:
+            try:
+                proc.kill()
+            except OSError:
+                pass
+
+
+def _read_verdict(path: str, shape: tuple[int, int, int]) -> Optional[exactness.Check]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_MAX_VERDICT_BYTES + 1)
+    except OSError:
+        return None
+    if not data:
+        return None
+    if len(data) > _MAX_VERDICT_BYTES:
+        return fail(shape, "child wrote a verdict larger than a verdict can be")
+    return probe_child.parse_verdict(data.decode("utf-8", "replace"), shape)
+
+
+def _how_it_ended(rc: int) -> str:
+    if rc >= 0:
+        return f"exited with code {rc}"
+    try:
+        return f"killed by {signal.Signals(-rc).name} (signal {-rc})"
+    except ValueError:
+        return f"killed by signal {-rc}"
 
 
 def run_child(backend_name: str, kernel_name: str, device: torch.device, m: int, n: int, k: int,
               timeout_s: float, resolver: str = DEFAULT_RESOLVER) -> exactness.Check:
-    """Spawn the child and read its verdict (no cache)."""
+    """Spawn the child, wait for its exit and read its verdict (no cache)."""
     shape = (m, n, k)
-    cmd = [sys.executable, "-m", "sglang_fp32gemm.backends.probe_child",
-           "--backend", backend_name, "--kernel", kernel_name, "--device", str(device),
-           "--m", str(m), "--n", str(n), "--k", str(k), "--resolver", resolver]
-    try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=_child_env(), start_new_session=True, text=True, errors="replace")
-    except OSError as e:
-        return fail(shape, f"could not start the probe process: {e}")
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
+    with tempfile.TemporaryDirectory(prefix="sglang_fp32gemm-probe-") as tmp:
+        verdict_path = os.path.join(tmp, "verdict.json")
+        cmd = [sys.executable, "-c", _BOOT, _package_root(),
+               "--backend", backend_name, "--kernel", kernel_name, "--device", str(device),
+               "--m", str(m), "--n", str(n), "--k", str(k), "--resolver", resolver,
+               "--verdict-file", verdict_path]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")  # the output tail is complete when it dies
         try:
-            _, err = proc.communicate(timeout=_KILL_WAIT_S)
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    env=env, start_new_session=True)
+        except OSError as e:
+            return fail(shape, f"could not start the probe process: {e}")
+        tail = _OutputTail(proc.stdout)
+        try:
+            rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            err = ""
-        return fail(shape, f"hung for {timeout_s:g}s in a child process (killed); stderr: {_tail(err or '')}")
-    rc = proc.returncode
-    verdict = probe_child.parse_verdict(out or "", shape)
-    if rc != 0:
-        if rc < 0:
+            _kill_group(proc)
             try:
-                how = f"killed by {signal.Signals(-rc).name} (signal {-rc})"
-            except ValueError:
-                how = f"killed by signal {-rc}"
-        else:
-            how = f"exited with code {rc}"
-        return fail(shape, f"child process {how}; stderr: {_tail(err or '')}")
+                proc.wait(timeout=_KILL_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass
+            return fail(shape, f"hung for {timeout_s:g}s in a child process (killed); output: {tail.finish()}")
+        _kill_group(proc)  # helpers it left behind (holding the pipe, or the device)
+        verdict = _read_verdict(verdict_path, shape)
+        output = tail.finish()
+    if rc != 0:
+        return fail(shape, f"child process {_how_it_ended(rc)}; output: {output}")
     if verdict is None:
-        return fail(shape, f"child process printed no verdict; stderr: {_tail(err or '')}")
+        return fail(shape, f"child process wrote no verdict; output: {output}")
     return verdict
 
 
+def _timeout_setting() -> float:
+    from sglang_fp32gemm import settings as settings_mod
+
+    try:
+        return settings_mod.get().probe_timeout_s
+    except Exception:  # a bad switch stops the plugin elsewhere; the probe keeps its default
+        return settings_mod.DEFAULT_PROBE_TIMEOUT_S
+
+
 def probe_in_child(backend_name: str, kernel_name: str, device: DeviceLike, m: int, n: int, k: int,
-                   timeout_s: float = 120.0, *, resolver: str = DEFAULT_RESOLVER,
+                   timeout_s: Optional[float] = None, *, resolver: str = DEFAULT_RESOLVER,
                    cache_dir: Optional[str | os.PathLike] = None, use_cache: bool = True) -> exactness.Check:
     """Probe one kernel in a child process on ``device`` (an int is a CUDA/HIP index).
 
-    Returns a cached pass when there is one for this key (no child);
-    otherwise runs the child and caches a pass. Never raises for anything the
-    kernel or the child does. ``resolver`` (``module:function``) builds the
-    backend by name in both processes; only the tests pass another one.
+    Returns a trusted cached pass when there is one for this key (no child);
+    otherwise runs the child and caches a pass. ``timeout_s`` defaults to the
+    ``SGLANG_FLYDSL_FP32_GEMM_PROBE_TIMEOUT`` setting. ``resolver``
+    (``module:function``) builds the backend by name in both processes; only
+    the tests pass another one. Never raises for anything the kernel, the
+    child or the cache does.
     """
     shape = (m, n, k)
     try:
@@ -143,6 +238,7 @@ def probe_in_child(backend_name: str, kernel_name: str, device: DeviceLike, m: i
         backend = probe_child.resolve(resolver)(backend_name)
         cfg = backend.parse(kernel_name)
         tag = backend.source_tag(cfg)
+        timeout = float(timeout_s) if timeout_s is not None else _timeout_setting()
     except Exception as e:
         return fail(shape, f"cannot probe {backend_name} kernel {kernel_name!r}: {type(e).__name__}: {e}")
     path: Optional[Path] = None
@@ -151,17 +247,17 @@ def probe_in_child(backend_name: str, kernel_name: str, device: DeviceLike, m: i
         try:
             from sglang_fp32gemm import settings as settings_mod
 
-            fields = verdict_cache.key_fields(backend_name, kernel_name, n, k, tag, dev)
-            path = verdict_cache.entry_path(cache_dir if cache_dir is not None else settings_mod.probe_cache_dir(),
-                                            fields)
+            where = cache_dir if cache_dir is not None else settings_mod.probe_cache_dir()
+            if verdict_cache.usable(where):
+                fields = verdict_cache.key_fields(backend_name, kernel_name, n, k, tag, dev)
+                path = verdict_cache.entry_path(where, fields)
+                hit = verdict_cache.read(path, fields)
+                if hit is not None:
+                    return hit
         except Exception as e:  # the cache is an optimisation only
             logger.debug("probe cache unavailable: %s: %s", type(e).__name__, e)
             path = None
-        if path is not None:
-            hit = verdict_cache.read(path, fields)
-            if hit is not None:
-                return hit
-    result = run_child(backend_name, kernel_name, dev, m, n, k, float(timeout_s), resolver)
+    result = run_child(backend_name, kernel_name, dev, m, n, k, timeout, resolver)
     if result.ok and path is not None:
         verdict_cache.write(path, fields, result)
     return result

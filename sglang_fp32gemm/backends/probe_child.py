@@ -1,11 +1,15 @@
-"""The child side of the isolated probe: probe one kernel in this process, print the verdict.
+"""The child side of the isolated probe: probe one kernel in this process, report the verdict.
 
-``isolated_probe.py`` starts it in a fresh interpreter. The child builds the
-backend by name (``sglang_fp32gemm.backends.by_name`` unless another
-``module:function`` resolver is given: the tests' fake backends), checks
-``available()``, parses the kernelName, checks ``supports(cfg, m, n, k)``,
-binds it and runs ``exactness.check`` on it. It prints one line
-``RESULT_MARKER + json`` and exits without interpreter teardown.
+``isolated_probe.py`` starts it in a fresh interpreter whose ``sys.path``
+holds the parent's copy of this package and not the working directory. The
+child builds the backend by name (``sglang_fp32gemm.backends.by_name`` unless
+another ``module:function`` resolver is given: the tests' fake backends),
+checks ``available()``, parses the kernelName, checks ``supports(cfg, m, n,
+k)``, binds it and runs ``exactness.check`` on it. The verdict is one JSON
+object written to ``--verdict-file`` (the parent's private temporary file),
+so nothing the kernel or a library prints can hide or forge it; without that
+option it is printed on a line of its own, after ``RESULT_MARKER``. The
+child then exits without interpreter teardown.
 
 Run by hand::
 
@@ -66,33 +70,28 @@ def run_here(backend: Any, kernel_name: str, device: torch.device, m: int, n: in
     return dataclasses.replace(r, detail=f"{r.detail} in a child process") if r.ok else r
 
 
-def format_verdict(r: exactness.Check) -> str:
-    """The verdict line the child prints."""
-    return RESULT_MARKER + json.dumps({"ok": r.ok, "rel_err": r.rel_err, "shape": list(r.shape),
-                                       "detail": r.detail})
+def verdict_json(r: exactness.Check) -> str:
+    return json.dumps({"ok": r.ok, "rel_err": r.rel_err, "shape": list(r.shape), "detail": r.detail})
 
 
-def parse_verdict(stdout: str, shape: tuple[int, int, int]) -> Optional[exactness.Check]:
-    """The last verdict line in ``stdout``; a failed verdict if it is malformed; None if there is none."""
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(RESULT_MARKER):
-            try:
-                d = json.loads(line[len(RESULT_MARKER):])
-                ok, detail = d["ok"], str(d["detail"])
-                rel = float("nan") if d["rel_err"] is None else float(d["rel_err"])
-                if not isinstance(ok, bool):
-                    raise TypeError("ok is not a bool")
-            except (ValueError, TypeError, KeyError) as e:
-                return fail(shape, f"child printed an unreadable verdict ({e}): {line[:200]!r}")
-            if ok and not rel <= exactness.REL_TOL:
-                return fail(shape, f"child claimed a pass with rel. error {rel!r}", rel)
-            return exactness.Check(ok, rel, shape, detail)
-    return None
+def parse_verdict(text: str, shape: tuple[int, int, int]) -> exactness.Check:
+    """The verdict ``verdict_json`` wrote; a failed verdict if it is malformed or claims an impossible pass."""
+    try:
+        d = json.loads(text)
+        ok, detail = d["ok"], str(d["detail"])[:2000]
+        rel = float("nan") if d["rel_err"] is None else float(d["rel_err"])
+        if not isinstance(ok, bool):
+            raise TypeError("ok is not a bool")
+    except Exception as e:  # anything unreadable, RecursionError included
+        return fail(shape, f"child wrote an unreadable verdict ({type(e).__name__}): {text[:200]!r}")
+    if ok and not rel <= exactness.REL_TOL:
+        return fail(shape, f"child claimed a pass with rel. error {rel!r}", rel)
+    return exactness.Check(ok, rel, shape, detail)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sglang_fp32gemm.backends.probe_child",
-                                 description="Probe one kernel in this process; print one verdict line.")
+                                 description="Probe one kernel in this process; report one verdict.")
     ap.add_argument("--backend", required=True)
     ap.add_argument("--kernel", required=True)
     ap.add_argument("--device", required=True, help="e.g. cuda:0 (or cpu)")
@@ -100,6 +99,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--n", type=int, required=True)
     ap.add_argument("--k", type=int, required=True)
     ap.add_argument("--resolver", default=DEFAULT_RESOLVER, help="module:function that builds a backend by name")
+    ap.add_argument("--verdict-file", help="write the verdict (JSON) here instead of printing it")
     a = ap.parse_args(argv)
     shape = (a.m, a.n, a.k)
     try:
@@ -107,15 +107,23 @@ def main(argv: Optional[list[str]] = None) -> int:
         result = run_here(backend, a.kernel, torch.device(a.device), a.m, a.n, a.k)
     except Exception as e:
         result = fail(shape, f"could not set up the probe: {type(e).__name__}: {e}")
-    sys.stdout.write(format_verdict(result) + "\n")
-    sys.stdout.flush()
+    if a.verdict_file:
+        with open(a.verdict_file, "w") as f:
+            f.write(verdict_json(result))
+    else:  # its own line, whatever was printed before without a newline
+        sys.stdout.write("\n" + RESULT_MARKER + verdict_json(result) + "\n")
     return 0
 
 
-if __name__ == "__main__":
-    code = main()
+def run(argv: Optional[list[str]] = None) -> None:
+    """``main``, then exit at once."""
+    code = main(argv)
     # Skip interpreter and driver teardown: the verdict is out, and a GPU
     # runtime that hangs at exit must not turn a pass into a timeout.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":
+    run()
