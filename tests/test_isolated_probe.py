@@ -139,6 +139,11 @@ def test_corrupt_or_foreign_cache_entries_are_ignored(probe_env):
     entry.mkdir()  # not even a file
     assert V.read(entry, fields) is None
     entry.rmdir()
+    elsewhere = entry.parent.parent / "elsewhere.json"
+    elsewhere.write_bytes(good)
+    entry.symlink_to(elsewhere)  # a link, even to a good pass, is not an entry
+    assert V.read(entry, fields) is None
+    entry.unlink()
     entry.write_bytes(b"{not json")
     r = _probe("pass")  # end to end: the corrupt entry is ignored and replaced by a fresh pass
     assert r.ok and "cached" not in r.detail and _children(count) == 2

@@ -68,7 +68,7 @@ import importlib.util, os, sys
 root = sys.argv[1]
 want = os.path.realpath(os.path.join(root, "sglang_fp32gemm", "__init__.py"))
 sys.path[:] = [p for p in sys.path if p]
-if root not in sys.path:
+if root not in {os.path.realpath(p) for p in sys.path}:
     sys.path.insert(0, root)
 def found():
     spec = importlib.util.find_spec("sglang_fp32gemm")
@@ -109,9 +109,11 @@ class _OutputTail:
 
     def _run(self) -> None:
         fd = self._pipe.fileno()
+        poller = select.poll()  # not select(): a server process may hold more than 1024 descriptors
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         try:
             while True:
-                ready, _, _ = select.select([fd], [], [], 0.05)
+                ready = poller.poll(50)
                 stop_at = self._stop_at
                 if stop_at is not None and (not ready or time.monotonic() > stop_at):
                     break  # told to stop: what was written is read, or a helper keeps writing
