@@ -10,6 +10,7 @@ import torch
 
 from sglang_fp32gemm import routing
 from sglang_fp32gemm import settings as settings_mod
+from sglang_fp32gemm.backends import verdict_cache
 from sglang_fp32gemm.errors import ConfigError
 from sglang_fp32gemm.table import DeviceKey, device_key
 
@@ -67,6 +68,8 @@ def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple
         p(f"tables: {', '.join(cfg.table.files + cfg.det_table.files)} "
           f"({len(cfg.table)} rows, {len(cfg.det_table)} deterministic)")
         p(f"layers: {cfg.selection.describe()}")
+        # Where the child-process probes (gfx950 kernels) keep their passes.
+        p(f"probe verdicts: {verdict_cache.describe_dir(settings_mod.probe_cache_dir())}")
     except ConfigError as e:
         p(f"error: {e}")
         return 2, buf.getvalue()

@@ -27,10 +27,18 @@ What each variable accepts
     or only whitespace: follow ``SGLANG_ENABLE_DETERMINISTIC_INFERENCE``.
 ``SGLANG_FLYDSL_FP32_GEMM_PROBE_CACHE`` (directory)
     Where passed child-process probe verdicts are kept
-    (``backends/isolated_probe.py``). Unset or empty:
+    (``backends/verdict_cache.py``). Unset or empty:
     ``$XDG_CACHE_HOME/sglang_fp32gemm/probes``, else
     ``~/.cache/sglang_fp32gemm/probes``. Never an error: a directory that
-    cannot be written only means no caching.
+    is unusable (not a directory, cannot be created or written, owned by
+    another user or writable by group/others) means verdicts are not kept,
+    with one warning per process at the first child probe; ``explain``
+    prints the directory and whether verdicts can be kept there.
+``SGLANG_FLYDSL_FP32_GEMM_PROBE_TIMEOUT`` (seconds)
+    How long a child-process probe may run before it is killed and its
+    kernel disabled. A positive finite number (surrounding whitespace
+    ignored); unset or empty: 120. Anything else is a ``ConfigError`` naming
+    the variable.
 ``SGLANG_FLYDSL_FP32_GEMM_SOURCE``
     Internal: the launch-flag hook sets it to ``flag`` next to the switch so
     workers can say where their setting came from. Any other value reads as
@@ -51,6 +59,7 @@ it. When enabled, the first such problem is raised as a ``ConfigError``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import threading
 from typing import Mapping, Optional
@@ -62,6 +71,8 @@ CONFIG_VAR = "SGLANG_FLYDSL_FP32_GEMM_CONFIG"
 LAYERS_VAR = "SGLANG_FLYDSL_FP32_GEMM_LAYERS"
 DETERMINISTIC_VAR = "SGLANG_FLYDSL_FP32_GEMM_DETERMINISTIC"
 PROBE_CACHE_VAR = "SGLANG_FLYDSL_FP32_GEMM_PROBE_CACHE"
+PROBE_TIMEOUT_VAR = "SGLANG_FLYDSL_FP32_GEMM_PROBE_TIMEOUT"
+DEFAULT_PROBE_TIMEOUT_S = 120.0
 # Set by the launcher's flag hook next to ENABLE_VAR, so workers can say
 # where their setting came from.
 SOURCE_VAR = "SGLANG_FLYDSL_FP32_GEMM_SOURCE"
@@ -105,6 +116,17 @@ def sglang_env_bool(value: Optional[str], default: bool = False) -> bool:
     return default
 
 
+def parse_seconds(var: str, value: str) -> float:
+    """A positive, finite number of seconds; ``ConfigError`` naming ``var`` otherwise."""
+    try:
+        v = float(value.strip())
+    except ValueError:
+        v = float("nan")
+    if not (v > 0 and math.isfinite(v)):
+        raise ConfigError(f"{var}={value!r}: expected a positive number of seconds")
+    return v
+
+
 def split_paths(value: Optional[str]) -> tuple[str, ...]:
     """``os.pathsep``-separated paths, each stripped, empty entries skipped."""
     return tuple(p.strip() for p in (value or "").split(os.pathsep) if p.strip())
@@ -122,6 +144,8 @@ class Settings:
     #: default because the plugin is disabled (empty when enabled: then the
     #: first problem is raised instead).
     problems: tuple[str, ...] = ()
+    #: Seconds a child-process probe may run (``PROBE_TIMEOUT_VAR``).
+    probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S
 
 
 def from_environ(env: Optional[Mapping[str, str]] = None) -> Settings:
@@ -150,7 +174,16 @@ def from_environ(env: Optional[Mapping[str, str]] = None) -> Settings:
             det, det_src = True, "sglang"
         else:
             det, det_src = False, "default"
-    return Settings(enabled, source, paths, layers, det, det_src, tuple(problems))
+    timeout = DEFAULT_PROBE_TIMEOUT_S
+    raw_timeout = env.get(PROBE_TIMEOUT_VAR)
+    if raw_timeout is not None and raw_timeout.strip():
+        try:
+            timeout = parse_seconds(PROBE_TIMEOUT_VAR, raw_timeout)
+        except ConfigError as e:
+            if enabled:
+                raise
+            problems.append(str(e))
+    return Settings(enabled, source, paths, layers, det, det_src, tuple(problems), timeout)
 
 
 def probe_cache_dir(env: Optional[Mapping[str, str]] = None) -> str:

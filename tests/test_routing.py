@@ -31,6 +31,7 @@ SHAPES = [(m, N, K) for m in MS]
 # FAKE_KERNEL for M <= 4, OTHER_KERNEL for M >= 8 (M=3 and M=5..16 take the M=16 row).
 TWO_KERNELS = [(m, N, K) for m in (1, 2, 4)] + [(m, N, K, OTHER_KERNEL) for m in (8, 16, 32)]
 ROUTING_LOG = "sglang_fp32gemm"  # the router logs through its parts: routing, routes, kernels, telemetry
+PROBE_RUNS = probe_mod.TRIALS  # a precision probe runs the kernel this many times
 CPU = -1  # the device index of CPU tensors in entries() keys
 NOT_ROW_MAJOR = "x not row-major or w not contiguous"
 NOT_2D_BF16 = "not a 2-D bf16 x bf16 call"
@@ -209,7 +210,7 @@ def test_fallback_is_called_only_when_no_backend_takes_the_call(make_bf16):
     calls = []
     x, w = make_bf16(8, K), make_bf16(N, K)
     out = r.call(x, w, fallback=lambda: calls.append(1) or torch.zeros(8, N))
-    assert calls == [] and fake.runs == 2  # probe + call
+    assert calls == [] and fake.runs == PROBE_RUNS + 1  # probe + call
     assert_fp32_close(out, x, w)
 
 
@@ -314,7 +315,7 @@ def test_each_kernel_is_bound_and_probed_once_before_its_first_use(make_bf16, ev
     for kern, n in kernels:
         seq = [e[0] for e in events if e[2:] == (kern, n, K)]
         # bound, probed, then used: the probe's own run comes before any call's.
-        assert seq == ["bind", "probe"] + ["run"] * (1 + calls[(kern, n)]), (kern, n, seq)
+        assert seq == ["bind", "probe"] + ["run"] * (PROBE_RUNS + calls[(kern, n)]), (kern, n, seq)
     assert all(b.probe.ok and b.fn is not None for b in r.bound_kernels())
     assert fake.violations == []
 
@@ -333,7 +334,7 @@ def test_probe_disables_a_bf16_rounding_kernel_with_one_warning(caplog, make_bf1
     assert len(warns) == 1, warns
     assert "kernel rounding fake_splitk_kernel disabled on cpu: failed its precision probe" in warns[0]
     assert "rel. error" in warns[0]
-    assert fake.runs == 1 and fake.binds == [(FAKE_KERNEL, "cpu", N, K)]  # bound and probed once
+    assert fake.runs == 1 and fake.binds == [(FAKE_KERNEL, "cpu", N, K)]  # bound and probed once (failed call 1)
     assert len(probes) == 1
     (b,) = r.bound_kernels()
     assert b.fn is None and not b.probe.ok and 1e-4 < b.probe.rel_err < 1e-2
@@ -360,7 +361,7 @@ def test_a_kernel_failing_its_probe_disables_only_that_kernel(caplog, make_bf16,
     bounds = {b.kernel_name: b for b in r.bound_kernels()}
     assert bounds[FAKE_KERNEL].fn is not None and bounds[FAKE_KERNEL].probe.ok
     assert bounds[OTHER_KERNEL].fn is None and 1e-4 < bounds[OTHER_KERNEL].probe.rel_err < 1e-2
-    assert fake.kernel_runs[OTHER_KERNEL] == 1  # its probe only
+    assert fake.kernel_runs[OTHER_KERNEL] == 1  # its probe only (failed call 1)
     assert sorted(who[1] for who, *_ in probes) == sorted([FAKE_KERNEL, OTHER_KERNEL])
 
 
@@ -438,7 +439,7 @@ def test_a_backend_asking_for_an_isolated_probe_is_not_disabled_by_a_missing_mod
 
 # -- run-time failures -----------------------------------------------------------------
 def test_kernel_raising_at_run_time_disables_only_that_kernel(caplog, make_bf16):
-    fake = RaisingFake(name="flaky", ok_runs=1, raising={OTHER_KERNEL}, kernels=(FAKE_KERNEL, OTHER_KERNEL))
+    fake = RaisingFake(name="flaky", ok_runs=PROBE_RUNS, raising={OTHER_KERNEL}, kernels=(FAKE_KERNEL, OTHER_KERNEL))
     r = make_router([fake], shapes=TWO_KERNELS)
     w = make_bf16(N, K)
     x = make_bf16(2, K)
@@ -451,12 +452,12 @@ def test_kernel_raising_at_run_time_disables_only_that_kernel(caplog, make_bf16)
         assert fallback_calls == [1]  # the kernel raised: the caller's fallback gave the result
         assert_fp32_close(out, x, w)
         other_runs = fake.kernel_runs[OTHER_KERNEL]
-        assert other_runs == 2  # its probe, then the failing call
+        assert other_runs == PROBE_RUNS + 1  # its probe, then the failing call
         for m in (8, 16, 2, 4, 9, 1):
             x = make_bf16(m, K)
             assert_fp32_close(r.call(x, w), x, w)
     assert fake.kernel_runs[OTHER_KERNEL] == other_runs  # never run again
-    assert fake.kernel_runs[FAKE_KERNEL] == 1 + 4  # its probe, then every M <= 4 call
+    assert fake.kernel_runs[FAKE_KERNEL] == PROBE_RUNS + 4  # its probe, then every M <= 4 call
     warns = _warnings(caplog)
     assert len(warns) == 1, warns
     assert ("kernel flaky fake_other_kernel on cpu raised at run time (RuntimeError: fake kernel launch failed)"
@@ -473,7 +474,7 @@ def test_kernel_raising_at_run_time_disables_only_that_kernel(caplog, make_bf16)
 
 def test_a_kernel_failing_in_several_calls_at_once_warns_once(caplog, make_bf16):
     # Calls that fetched the kernel before it was disabled (other threads) may still run it.
-    fake = RaisingFake(name="flaky", ok_runs=1)
+    fake = RaisingFake(name="flaky", ok_runs=PROBE_RUNS)
     r = make_router([fake], shapes=SHAPES)
     w = make_bf16(N, K)
     xs = [make_bf16(8, K) for _ in range(3)]
@@ -486,7 +487,7 @@ def test_a_kernel_failing_in_several_calls_at_once_warns_once(caplog, make_bf16)
 
 
 def test_kernel_failure_without_a_fallback_gives_the_exact_product(make_bf16):
-    r = make_router([RaisingFake(ok_runs=1)], shapes=SHAPES)
+    r = make_router([RaisingFake(ok_runs=PROBE_RUNS)], shapes=SHAPES)
     w = make_bf16(N, K)
     for m in (8, 8, 4):
         x = make_bf16(m, K)
@@ -496,14 +497,14 @@ def test_kernel_failure_without_a_fallback_gives_the_exact_product(make_bf16):
 
 
 def test_kernel_failure_uses_the_callers_fallback_object(make_bf16):
-    r = make_router([RaisingFake(ok_runs=1)], shapes=SHAPES)
+    r = make_router([RaisingFake(ok_runs=PROBE_RUNS)], shapes=SHAPES)
     x, w = make_bf16(8, K), make_bf16(N, K)
     sentinel = torch_ref.mm_fp32(x, w) * 1.0
     assert r.call(x, w, fallback=lambda: sentinel) is sentinel
 
 
 def test_counters_keep_the_calls_made_before_a_kernel_failed(make_bf16):
-    fake = RaisingFake(name="flaky", ok_runs=3)  # the probe and two calls succeed, then it raises
+    fake = RaisingFake(name="flaky", ok_runs=PROBE_RUNS + 2)  # the probe and two calls succeed, then it raises
     r = make_router([fake], shapes=SHAPES)
     w = make_bf16(N, K)
     for _ in range(4):
@@ -515,7 +516,7 @@ def test_counters_keep_the_calls_made_before_a_kernel_failed(make_bf16):
 
 
 def test_a_kernel_disabled_at_run_time_has_one_reason(make_bf16):
-    r = make_router([RaisingFake(name="flaky", ok_runs=1)], shapes=SHAPES)
+    r = make_router([RaisingFake(name="flaky", ok_runs=PROBE_RUNS)], shapes=SHAPES)
     w = make_bf16(N, K)
     for m in (8, 8, 4):  # M=8 disables the kernel; M=4 is resolved afterwards
         x = make_bf16(m, K)
@@ -586,7 +587,7 @@ def test_hot_path_never_asks_the_backend_again(monkeypatch, make_bf16):
             x = make_bf16(m, K)
             assert_fp32_close(r.call(x, w), x, w)
     assert dict(fake.calls) == second
-    assert fake.runs == 1 + 1 + 20 + 1 + 10
+    assert fake.runs == PROBE_RUNS + 1 + 20 + 1 + 10
     assert r.counters() == {("fake", FAKE_KERNEL): 32}
 
 
@@ -859,7 +860,7 @@ def test_concurrent_first_calls_bind_and_probe_each_kernel_once(make_bf16, probe
             assert_fp32_close(outs[i][j], xs[i][j], w)
     assert sorted(fake.binds) == [(OTHER_KERNEL, "cpu", N, K), (FAKE_KERNEL, "cpu", N, K)]
     assert sorted(who[1] for who, *_ in probes) == sorted([FAKE_KERNEL, OTHER_KERNEL])
-    assert fake.runs == 2 + n_threads * rounds and fake.violations == []
+    assert fake.runs == 2 * PROBE_RUNS + n_threads * rounds and fake.violations == []
     expect: dict = {}
     for m in ms:
         key = ("fake", _kernel_of(r, m))
@@ -953,7 +954,7 @@ def test_a_kernel_not_ready_inside_capture_falls_back_once_and_stays_enabled(cap
         def compute(self, cfg, x, w):
             with self.lock:
                 n = self.kernel_runs[cfg.name]
-            if n == 2:  # the probe passed; the next call meets a stream without its workspace
+            if n == PROBE_RUNS + 1:  # the probe passed; the next call meets a stream without its workspace
                 raise NotReadyInCapture("no workspace for this stream (fake)")
             return fb.splitk_fp32(x, w)
 
@@ -968,5 +969,5 @@ def test_a_kernel_not_ready_inside_capture_falls_back_once_and_stays_enabled(cap
     warns = _warnings(caplog)
     assert len(warns) == 1 and "this captured call uses torch" in warns[0], warns
     # Not disabled: the third call ran the kernel again.
-    assert fake.kernel_runs[FAKE_KERNEL] == 4
+    assert fake.kernel_runs[FAKE_KERNEL] == PROBE_RUNS + 3
     assert all(b.fn is not None for b in r.bound_kernels())

@@ -145,6 +145,25 @@ def test_probe_cache_dir_variable_and_default(monkeypatch, tmp_path):
     assert S.probe_cache_dir({S.PROBE_CACHE_VAR: ""}) == f"{tmp_path}/.cache/sglang_fp32gemm/probes"
 
 
+@pytest.mark.parametrize("value, seconds", [(None, 120.0), ("", 120.0), ("  ", 120.0), ("30", 30.0),
+                                            (" 2.5\n", 2.5), ("1e3", 1000.0)])
+def test_probe_timeout_default_and_values(monkeypatch, value, seconds):
+    monkeypatch.setenv(S.ENABLE_VAR, "1")
+    if value is not None:
+        monkeypatch.setenv(S.PROBE_TIMEOUT_VAR, value)
+    assert S.reload().probe_timeout_s == seconds
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "nan", "inf", "-inf", "12s", "1,5"])
+def test_a_bad_probe_timeout_is_an_error_naming_the_variable_once_enabled(monkeypatch, value):
+    monkeypatch.setenv(S.PROBE_TIMEOUT_VAR, value)
+    s = S.reload()  # disabled: kept as a problem, the default is used
+    assert s.probe_timeout_s == 120.0 and len(s.problems) == 1 and S.PROBE_TIMEOUT_VAR in s.problems[0]
+    monkeypatch.setenv(S.ENABLE_VAR, "1")
+    with pytest.raises(ConfigError, match=S.PROBE_TIMEOUT_VAR):
+        S.reload()
+
+
 def test_deterministic_follows_sglang_unless_set(monkeypatch):
     monkeypatch.setenv(S.SGLANG_DETERMINISTIC_VAR, "1")
     s = S.reload()

@@ -10,6 +10,8 @@ returns ``FAKE_PROBE_SOURCE_TAG``.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import torch
@@ -18,8 +20,14 @@ from sglang_fp32gemm.backends.base import OK, Backend
 
 COUNT_VAR = "FAKE_PROBE_COUNT_FILE"
 TAG_VAR = "FAKE_PROBE_SOURCE_TAG"
+#: "grandchild": where the helper process it leaves behind writes its pid.
+GRANDCHILD_PID_VAR = "FAKE_PROBE_GRANDCHILD_PID"
+#: "flood": how many MiB it writes to stderr (and a quarter of that to stdout).
+FLOOD_MB_VAR = "FAKE_PROBE_FLOOD_MB"
+FLOOD_END = "FLOOD-END"
 
-BEHAVIOURS = ("pass", "bf16", "exit139", "abort", "sleep", "raise", "wrong_shape", "half_written")
+BEHAVIOURS = ("pass", "bf16", "exit139", "abort", "sleep", "raise", "wrong_shape", "half_written",
+              "partial_line", "grandchild", "flood")
 
 
 class ProbeFake(Backend):
@@ -45,10 +53,25 @@ class ProbeFake(Backend):
         if path:
             with open(path, "a") as f:
                 f.write(f"{cfg} {os.getpid()}\n")
+        if cfg == "partial_line":  # a library announcing a compile without a newline
+            sys.stdout.write("compiling ...")
+            sys.stdout.flush()
+        if cfg == "grandchild":  # a helper process that inherits and keeps the child's stdout/stderr
+            helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            with open(os.environ[GRANDCHILD_PID_VAR], "w") as f:
+                f.write(str(helper.pid))
+        if cfg == "flood":  # a runtime logging at its most verbose, then dying
+            line = b"x" * 99 + b"\n"
+            chunk = line * ((1 << 20) // len(line))
+            mb = int(os.environ.get(FLOOD_MB_VAR, "64"))
+            for i in range(mb + mb // 4):
+                os.write(2 if i < mb else 1, chunk)
+            os.write(2, FLOOD_END.encode() + b"\n")
+            os._exit(3)
 
         def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
             exact = (x.double() @ w.double().t()).float()
-            if cfg == "pass":
+            if cfg in ("pass", "partial_line", "grandchild"):
                 return exact
             if cfg == "bf16":
                 return exact.to(torch.bfloat16).float()
