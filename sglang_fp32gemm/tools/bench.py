@@ -28,8 +28,10 @@ once):
 
 Writes bench.json/.md/.png, bench_det.*, bench_eager.*, bench_decode.* under
 --out-dir with the versions and the exact command, and prints a compact
-summary last. ``python -m sglang_fp32gemm.tools.targets DIR`` checks them
-against the targets.
+summary last; the files are rewritten after every (N, K), and SIGTERM stops
+the run keeping what is finished. Progress goes to stderr.
+``python -m sglang_fp32gemm.tools.targets DIR`` checks them against the
+targets.
 
     python -m sglang_fp32gemm bench --tune-log tune_log.jsonl.gz --out-dir docs/benchmarks/h200
 """
@@ -201,7 +203,7 @@ def run_modes(modes: list[Mode], bench: Bench, args, head: dict) -> list[str]:
     return summaries
 
 
-def parser() -> argparse.ArgumentParser:
+def parser() -> Parser:
     ap = Parser("python -m sglang_fp32gemm bench", __doc__)
     ap.add_argument("--graph", action="store_true", help="isolated calls under CUDA graphs (the default mode)")
     ap.add_argument("--deterministic", action="store_true", help="the routed call with the deterministic setting")

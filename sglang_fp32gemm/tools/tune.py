@@ -32,8 +32,9 @@ round up to another row's kernel (aiter's lookup only rounds up), a libtype
 
 Budget: --budget-s stops cleanly between candidates, keeps every finished
 shape and writes the tables; they are also rewritten after every shape, so a
-run killed from outside keeps what it finished. Shapes run in order of
-importance: M <= 32 first, the first --k first.
+run killed from outside keeps what it finished; SIGTERM (``timeout``) stops
+like the budget. Shapes run in order of importance: M <= 32 first, the first
+--k first. Progress (shapes done, candidates timed, time left) goes to stderr.
 
     python -m sglang_fp32gemm tune --out configs/sm90.csv --out-det configs/sm90_deterministic.csv
 """
@@ -180,7 +181,7 @@ def _shape_line(r: ShapeResult, min_gain: float) -> str:
             f"det {part(r.det):<30s} | {r.timed} timed, {r.rejected} rejected")
 
 
-def parser() -> argparse.ArgumentParser:
+def parser() -> Parser:
     ap = Parser("python -m sglang_fp32gemm tune", __doc__)
     ap.add_argument("--m", type=positive_int, nargs="+", default=list(M_DEFAULT), help="the M grid (default %(default)s)")
     ap.add_argument("--n", type=positive_int, nargs="+", default=list(common.N_DSV4))
