@@ -239,7 +239,11 @@ def parser() -> Parser:
 
 
 def main(argv: list[str] | None = None, backends: Optional[list] = None, device=None, timer=None) -> int:
-    args = parser().parse_args(argv)
+    ap = parser()
+    args = ap.parse_args(argv)
+    missing = [p for p in args.tune_log if not os.path.isfile(p)]
+    if missing:
+        ap.error(f"--tune-log: no such file: {', '.join(missing)}")
     if args.versions:
         import json
 
