@@ -90,7 +90,7 @@ class Mode:
 
 
 def _us_line(r: dict) -> str:
-    return " ".join(f"{c}={report._fmt(v)}" for c, v in r["us"].items())
+    return " ".join(f"{c}={report.fmt(v)}" for c, v in r["us"].items())
 
 
 def _graph_shapes(ms_of: str, ks_of: str) -> Callable[[Any], list[Shape]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sglang_fp32gemm.exactness import REL_TOL
 
 
-def _fmt(v, nd=2) -> str:
+def fmt(v, nd=2) -> str:
     return "-" if v is None else f"{v:.{nd}f}"
 
 
@@ -29,8 +29,8 @@ def markdown_graph(results: list[dict], title: str) -> str:
         ratio = us["routed"] / us["torch"] if us.get("routed") and us.get("torch") else None
         rel = r["rel_err"].get("routed")
         lines.append(f"| {r['M']} | {r['N']} | {r['K']} | {r.get('route', '?')} | "
-                     + " | ".join(_fmt(us.get(c)) for c in cols)
-                     + f" | {_fmt(ratio, 3)} | {'-' if rel is None else f'{rel:.1e}'} |")
+                     + " | ".join(fmt(us.get(c)) for c in cols)
+                     + f" | {fmt(ratio, 3)} | {'-' if rel is None else f'{rel:.1e}'} |")
     kernels = {}
     for r in results:
         for c, kname in r.get("kernel", {}).items():
@@ -52,14 +52,14 @@ def markdown_eager(results: list[dict]) -> str:
         us = r["us"]
         ratio = us["routed"] / us["torch"] if us.get("routed") and us.get("torch") else None
         lines.append(f"| {r['M']} | {r['N']} | {r['K']} | {r.get('route', '?')} | "
-                     + " | ".join(_fmt(us.get(c)) for c in cols) + f" | {_fmt(ratio, 3)} |")
+                     + " | ".join(fmt(us.get(c)) for c in cols) + f" | {fmt(ratio, 3)} |")
     lines += ["", "Fallback path (no row): plugin._around_linear(torch_mm, x, w) vs torch_mm(x, w)", "",
               "| M | N | K | direct | fallback | added (wall) | added (host enqueue) |", "|---|---|---|---|---|---|---|"]
     for r in results:
         if r.get("kind") == "fallback":
-            lines.append(f"| {r['M']} | {r['N']} | {r['K']} | {_fmt(r['us'].get('direct'))} | "
-                         f"{_fmt(r['us'].get('fallback'))} | {_fmt(r.get('added_us'))} | "
-                         f"{_fmt(r.get('added_enqueue_us'))} |")
+            lines.append(f"| {r['M']} | {r['N']} | {r['K']} | {fmt(r['us'].get('direct'))} | "
+                         f"{fmt(r['us'].get('fallback'))} | {fmt(r.get('added_us'))} | "
+                         f"{fmt(r.get('added_enqueue_us'))} |")
     return "\n".join(lines) + "\n"
 
 
@@ -70,8 +70,8 @@ def markdown_decode(results: list[dict]) -> str:
              "own weights; one CUDA graph per step; (step with the call - step without) / layers.", "",
              "| M | N | K | base step us | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 4)]
     for r in results:
-        lines.append(f"| {r['M']} | {r['N']} | {r['K']} | {'/'.join(_fmt(b) for b in r['base_step_us'])} | "
-                     + " | ".join(_fmt(r["add_per_layer_us"].get(c), 3) for c in cols) + " |")
+        lines.append(f"| {r['M']} | {r['N']} | {r['K']} | {'/'.join(fmt(b) for b in r['base_step_us'])} | "
+                     + " | ".join(fmt(r["add_per_layer_us"].get(c), 3) for c in cols) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -119,7 +119,7 @@ def summary_graph(results: list[dict], title: str) -> list[str]:
                     continue
                 peers = {c: v for c, v in r["us"].items() if c not in ("torch", "routed") and v is not None}
                 best = min(peers.items(), key=lambda kv: kv[1]) if peers else None
-                cells.append(f"{_fmt(r['us'].get('torch')):>6s} {_fmt(r['us'].get('routed')):>6s} "
+                cells.append(f"{fmt(r['us'].get('torch')):>6s} {fmt(r['us'].get('routed')):>6s} "
                              + (f"{best[1]:6.2f} {best[0][:10]:<10s}" if best else f"{'-':>6s} {'':10s}"))
             out.append(f"    {m:5d} | " + " | ".join(cells))
     ratios = [(r["us"]["routed"] / r["us"]["torch"], r) for r in results
@@ -150,14 +150,14 @@ def summary_eager(results: list[dict]) -> list[str]:
     for r in results:
         us = r["us"]
         if r.get("kind") == "fallback":
-            out.append(f"  fallback M={r['M']} N={r['N']}: direct {_fmt(us.get('direct'))} plugin "
-                       f"{_fmt(us.get('fallback'))} added {_fmt(r.get('added_us'))} (host enqueue "
-                       f"{_fmt(r.get('added_enqueue_us'))})")
+            out.append(f"  fallback M={r['M']} N={r['N']}: direct {fmt(us.get('direct'))} plugin "
+                       f"{fmt(us.get('fallback'))} added {fmt(r.get('added_us'))} (host enqueue "
+                       f"{fmt(r.get('added_enqueue_us'))})")
         else:
-            rest = " ".join(f"{c} {_fmt(v)}" for c, v in us.items() if c not in ("torch", "routed", "hooked"))
+            rest = " ".join(f"{c} {fmt(v)}" for c, v in us.items() if c not in ("torch", "routed", "hooked"))
             ratio = us["routed"] / us["torch"] if us.get("routed") and us.get("torch") else float("nan")
-            out.append(f"  M={r['M']:<3d} N={r['N']:<5d} torch {_fmt(us.get('torch'))} routed {_fmt(us.get('routed'))}"
-                       f" ({ratio:.3f}x) hooked {_fmt(us.get('hooked'))} {rest}")
+            out.append(f"  M={r['M']:<3d} N={r['N']:<5d} torch {fmt(us.get('torch'))} routed {fmt(us.get('routed'))}"
+                       f" ({ratio:.3f}x) hooked {fmt(us.get('hooked'))} {rest}")
     out.append(precision_line(results))
     return out
 
@@ -166,7 +166,7 @@ def summary_decode(results: list[dict]) -> list[str]:
     out = ["== decode sequence: us the call adds per layer"]
     for r in results:
         adds = " ".join(f"{c} {v:.2f}" for c, v in r["add_per_layer_us"].items())
-        out.append(f"  M={r['M']:<3d} N={r['N']:<5d} base {'/'.join(_fmt(b) for b in r['base_step_us'])} | {adds}")
+        out.append(f"  M={r['M']:<3d} N={r['N']:<5d} base {'/'.join(fmt(b) for b in r['base_step_us'])} | {adds}")
     notes = {c: v for r in results for c, v in r["note"].items() if "pdl" in c}
     for c, v in notes.items():
         out.append(f"  {c}: skipped, {v}")
