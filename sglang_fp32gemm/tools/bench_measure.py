@@ -17,8 +17,6 @@ from sglang_fp32gemm.tools import common, timing
 from sglang_fp32gemm.tools.picks import Picks
 
 SEQ_N1, SEQ_N2 = 1536, 512
-DET_VAR = "SGLANG_FLYDSL_FP32_GEMM_DETERMINISTIC"
-ENABLE_VAR = "SGLANG_ENABLE_FLYDSL_FP32_GEMM"
 
 
 class Bench:
@@ -28,7 +26,7 @@ class Bench:
         self.picks = picks
         self.replays = replays
         self.binds = common.BindCache()
-        self.torch_fn = timing.torch_mm if device.type == "cuda" else _cpu_mm
+        self.torch_fn = timing.torch_fn(device)
         self.backends = []
         self.unavailable = {}
         for b in backends:
@@ -210,18 +208,12 @@ class Bench:
         return rec
 
 
-def _cpu_mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    from sglang_fp32gemm.backends import torch_ref
-
-    return torch_ref.mm_fp32(x, w)
-
-
 # -- settings ------------------------------------------------------------------------
 def set_deterministic(on: bool) -> None:
     from sglang_fp32gemm import routing, settings
 
-    os.environ[ENABLE_VAR] = "1"
-    os.environ[DET_VAR] = "1" if on else "0"
+    os.environ[settings.ENABLE_VAR] = "1"
+    os.environ[settings.DETERMINISTIC_VAR] = "1" if on else "0"
     settings.reload()
     routing.reset_router()
 

@@ -135,3 +135,12 @@ def floor_us(m: int, n: int, k: int, bandwidth_tbs: float = 4.2) -> float:
 
 def torch_mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.mm(x, w.t(), out_dtype=torch.float32)
+
+
+def torch_fn(device) -> Fn:
+    """The torch column: ``torch_mm`` on CUDA; elsewhere (CPU tests) the plugin's own fallback."""
+    if getattr(device, "type", "cuda") == "cuda":
+        return torch_mm
+    from sglang_fp32gemm.backends import torch_ref
+
+    return torch_ref.mm_fp32

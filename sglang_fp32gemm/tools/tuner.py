@@ -92,7 +92,7 @@ class Tuner:
         self.screen_replays = screen_replays
         self.final_replays = final_replays
         self.budget = budget or Budget()
-        self.torch_fn = torch_fn or torch_fn_for(device)
+        self.torch_fn = torch_fn or timing.torch_fn(device)
         self.binds = common.BindCache()
         self._weights: dict[tuple[int, int], list[torch.Tensor]] = {}
 
@@ -193,11 +193,3 @@ class Tuner:
         fast = pick(final, False)
         det = pick([r for r in final if r[1].deterministic], True)
         return ShapeResult(m, n, k, torch_us, list(bucket), fast, det, timed=len(screened), rejected=rejected)
-
-
-def torch_fn_for(device) -> Callable:
-    if getattr(device, "type", "cuda") == "cuda":
-        return timing.torch_mm
-    from sglang_fp32gemm.backends import torch_ref
-
-    return torch_ref.mm_fp32
