@@ -649,7 +649,8 @@ def test_every_command_help_exits_0(cmd, capsys):
 
 @pytest.mark.parametrize("argv", [
     ["fuzz", "--cases", "0"], ["fuzz", "--cases", "-1"], ["fuzz", "--cases", "x"], ["demo", "--m", "-1"],
-    ["demo", "--m", "8", "0"], ["bench", "--m", "0-3"], ["bench", "--layers", "0"], ["bench", "--bogus"], ["bench", "--tune-log", "/no/such/log.jsonl"],
+    ["demo", "--m", "8", "0"], ["bench", "--m", "0-3"], ["bench", "--layers", "0"], ["bench", "--bogus"],
+    ["bench", "--tune-log", "/no/such/log.jsonl"],
     ["tune", "--m", "0"], ["tune", "--max-per-backend", "cutedsl"], ["explain", "--max-m", "x"],
 ])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys, monkeypatch):

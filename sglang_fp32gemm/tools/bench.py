@@ -212,7 +212,8 @@ def parser() -> Parser:
     ap.add_argument("--m", type=parse_ints, default=parse_ints(GRAPH_M),
                     help=f"graph-mode M values, ranges allowed, e.g. 1-32,40-128:8 (default {GRAPH_M})")
     ap.add_argument("--n", type=positive_int, nargs="+", default=list(common.N_DSV4))
-    ap.add_argument("--k", type=positive_int, nargs="+", default=[common.K_PRO, common.K_FLASH], help="graph-mode K values")
+    ap.add_argument("--k", type=positive_int, nargs="+", default=[common.K_PRO, common.K_FLASH],
+                    help="graph-mode K values")
     ap.add_argument("--peer-k", type=positive_int, nargs="*", default=None,
                     help="K values that get the per-backend columns (default: every --k)")
     ap.add_argument("--det-m", type=parse_ints, default=parse_ints(DET_M))

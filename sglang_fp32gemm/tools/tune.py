@@ -183,7 +183,8 @@ def _shape_line(r: ShapeResult, min_gain: float) -> str:
 
 def parser() -> Parser:
     ap = Parser("python -m sglang_fp32gemm tune", __doc__)
-    ap.add_argument("--m", type=positive_int, nargs="+", default=list(M_DEFAULT), help="the M grid (default %(default)s)")
+    ap.add_argument("--m", type=positive_int, nargs="+", default=list(M_DEFAULT),
+                    help="the M grid (default %(default)s)")
     ap.add_argument("--n", type=positive_int, nargs="+", default=list(common.N_DSV4))
     ap.add_argument("--k", type=positive_int, nargs="+", default=list(K_DEFAULT), help="K values, most important first")
     ap.add_argument("--min-gain", type=float, default=0.02,
