@@ -10,7 +10,6 @@ its relative error against float64, and (on a GPU) its time.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -24,9 +23,10 @@ def _config():
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sglang_fp32gemm demo", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--m", type=int, nargs="+", default=[1, 8, 32, 64])
+    from sglang_fp32gemm.tools.cli import Parser, positive_int
+
+    ap = Parser("python -m sglang_fp32gemm demo", __doc__)
+    ap.add_argument("--m", type=positive_int, nargs="+", default=[1, 8, 32, 64], help="rows per call (each >= 1)")
     ap.add_argument("--disable", action="store_true", help="run with the plugin off, for comparison")
     args = ap.parse_args(argv)
     os.environ["SGLANG_ENABLE_FLYDSL_FP32_GEMM"] = "0" if args.disable else "1"

@@ -19,7 +19,8 @@ import torch
 
 from sglang_fp32gemm.backends.base import OK, Backend
 from sglang_fp32gemm.table import DeviceKey, TunedRow, format_rows, m_candidates, parse_csv
-from sglang_fp32gemm.tools import bench, common, targets, tune
+from sglang_fp32gemm import exactness
+from sglang_fp32gemm.tools import bench, buckets, cli, common, picks, targets, tune, tune_rows, tuner
 
 KEY = DeviceKey("sm90", 132)
 GRID = list(tune.M_DEFAULT)
@@ -109,7 +110,7 @@ class FakeTimer:
         return getattr(fn, "fake_us", self.torch_us) + 20.0, 20.0
 
     def weights(self, n, k, device):
-        return [common.randn_bf16(n, k, device=device) for _ in range(2)]
+        return [exactness.random_bf16(n, k, device=device) for _ in range(2)]
 
 
 def tune_args(tmp_path, **over):
@@ -131,7 +132,7 @@ def log_lines(path):
 
 # -- buckets -------------------------------------------------------------------------
 def test_grid_buckets_follow_aiters_lookup_order():
-    b = tune.grid_buckets(GRID)
+    b = buckets.grid_buckets(GRID)
     assert b[1] == [1] and b[2] == [2] and b[4] == [4] and b[8] == [8]
     assert b[16] == [3, 5, 6, 7] + list(range(9, 17))  # M=3 rounds up to 16 before the power of two
     assert b[32] == list(range(17, 33))
@@ -145,7 +146,7 @@ def test_grid_buckets_follow_aiters_lookup_order():
 
 def test_served_by_matches_the_table_lookup():
     for x in range(1, 200):
-        got = tune.served_by(x, GRID)
+        got = buckets.served_by(x, GRID)
         expect = next((c for c in m_candidates(x) if c in GRID), None)
         assert got == expect
 
@@ -160,25 +161,25 @@ def test_served_by_matches_the_table_lookup():
     (set(), []),
 ])
 def test_torch_pins(fast, pins):
-    assert tune.torch_pins(GRID, fast) == pins
+    assert buckets.torch_pins(GRID, fast) == pins
 
 
 def test_with_pins_every_fast_row_serves_exactly_its_checked_bucket():
     rng = random.Random(1234)
-    nominal = tune.grid_buckets(GRID)
+    nominal = buckets.grid_buckets(GRID)
     for _ in range(300):
         fast = {m for m in GRID if rng.random() < 0.6}
-        pins = tune.torch_pins(GRID, fast)
+        pins = buckets.torch_pins(GRID, fast)
         assert not set(pins) & fast
         present = fast | set(pins)
         for x in range(1, 257):
-            r = tune.served_by(x, present)
+            r = buckets.served_by(x, present)
             if r in fast:
                 assert x in nominal[r], (sorted(fast), pins, x, r)
 
 
 def test_shape_order_puts_decode_sizes_and_the_first_k_first():
-    order = tune.shape_order([1, 64, 32], [1024, 512], [7168, 4096])
+    order = buckets.shape_order([1, 64, 32], [1024, 512], [7168, 4096])
     assert order[:4] == [(1, 512, 7168), (32, 512, 7168), (1, 1024, 7168), (32, 1024, 7168)]
     assert order[4][2] == 4096 and all(m <= 32 for m, _, _ in order[:8])
     assert all(m == 64 for m, _, _ in order[8:])
@@ -189,11 +190,11 @@ def test_tune_defaults():
     a = tune.parser().parse_args([])
     assert a.m == [1, 2, 4, 8, 16, 32, 48, 64, 96, 128]
     assert a.n == [512, 1024, 2048, 2560] and a.k == [7168, 4096]
-    assert a.min_gain == 0.02 and tune.parse_caps(a.max_per_backend) == {"cutedsl": 4}
+    assert a.min_gain == 0.02 and tuner.parse_caps(a.max_per_backend) == {"cutedsl": 4}
     a = tune.parser().parse_args(["--k", "4096", "--budget-s", "300", "--max-per-backend", "cutedsl=2", "x=1"])
-    assert a.k == [4096] and a.budget_s == 300 and tune.parse_caps(a.max_per_backend) == {"cutedsl": 2, "x": 1}
+    assert a.k == [4096] and a.budget_s == 300 and tuner.parse_caps(a.max_per_backend) == {"cutedsl": 2, "x": 1}
     with pytest.raises(ValueError):
-        tune.parse_caps(["cutedsl"])
+        tuner.parse_caps(["cutedsl"])
 
 
 def test_bench_arguments_and_m_ranges():
@@ -203,25 +204,25 @@ def test_bench_arguments_and_m_ranges():
     assert a.eager_m == [1, 8, 32] and a.decode_m == [1, 4, 8, 32] and a.layers == 61
     a = bench.parser().parse_args(["--m", "1-4,16", "--eager", "--decode-seq", "--peer-k", "7168"])
     assert a.m == [1, 2, 3, 4, 16] and a.eager and a.decode_seq and a.peer_k == [7168]
-    assert common.parse_ints("40-64:8,1") == [1, 40, 48, 56, 64]
+    assert cli.parse_ints("40-64:8,1") == [1, 40, 48, 56, 64]
     for bad in ("0-3", "5-2", "1-4:0"):
         with pytest.raises(ValueError):
-            common.parse_ints(bad)
+            cli.parse_ints(bad)
 
 
 # -- rows ----------------------------------------------------------------------------
 def _pick(us, backend="fast", kernel="k_fast", det=False):
-    return tune.Pick(backend, "triton", kernel, us, 1e-6, 0.0, 4, det)
+    return tune_rows.Pick(backend, "triton", kernel, us, 1e-6, 4, det)
 
 
 def test_rows_round_trip_through_the_table_parser():
     results = [
-        tune.ShapeResult(1, 1024, 7168, 10.0, [1], _pick(7.0), _pick(8.0, "det", "k_det", True)),
-        tune.ShapeResult(2, 1024, 7168, 10.0, [2], _pick(9.9), _pick(9.81, "det", "k_det", True)),
-        tune.ShapeResult(16, 1024, 7168, 10.0, [3, 16], _pick(9.0), None),
+        tune_rows.ShapeResult(1, 1024, 7168, 10.0, [1], _pick(7.0), _pick(8.0, "det", "k_det", True)),
+        tune_rows.ShapeResult(2, 1024, 7168, 10.0, [2], _pick(9.9), _pick(9.81, "det", "k_det", True)),
+        tune_rows.ShapeResult(16, 1024, 7168, 10.0, [3, 16], _pick(9.0), None),
     ]
-    fast = tune.build_rows(results, KEY, [1, 2, 16], 0.02, deterministic=False)
-    det = tune.build_rows(results, KEY, [1, 2, 16], 0.02, deterministic=True)
+    fast = tune_rows.build_rows(results, KEY, [1, 2, 16], 0.02, deterministic=False)
+    det = tune_rows.build_rows(results, KEY, [1, 2, 16], 0.02, deterministic=True)
     # M=2: 9.9 us is only 1% under torch: no fast row; 9.81 * 1.02 = 10.006 > 10: no det row either.
     # Without a row M=2 would round up to the M=16 kernel: a torch row keeps it on torch.
     assert [(r.M, r.libtype, r.kernelName) for r in fast] == \
@@ -237,20 +238,20 @@ def test_rows_round_trip_through_the_table_parser():
 
 
 def test_a_dropped_row_that_would_leak_becomes_a_torch_pin():
-    res = [tune.ShapeResult(m, 512, 7168, 10.0, tune.grid_buckets(GRID)[m], _pick(8.0 if m != 48 else 9.95), None)
+    res = [tune_rows.ShapeResult(m, 512, 7168, 10.0, buckets.grid_buckets(GRID)[m], _pick(8.0 if m != 48 else 9.95), None)
            for m in GRID]
-    rows = tune.build_rows(res, KEY, GRID, 0.02, deterministic=False)
+    rows = tune_rows.build_rows(res, KEY, GRID, 0.02, deterministic=False)
     pins = [r for r in rows if r.libtype == "torch"]
     assert [(r.M, r.kernelName, r.us) for r in pins] == [(48, "", 10.0)]
     assert parse_csv(format_rows(rows), "t.csv")[6].libtype == "torch"
-    no_pin = tune.build_rows(res, KEY, GRID, 0.02, deterministic=False, pin_torch=False)
+    no_pin = tune_rows.build_rows(res, KEY, GRID, 0.02, deterministic=False, pin_torch=False)
     assert all(r.libtype == "triton" for r in no_pin) and len(no_pin) == len(GRID) - 1
 
 
 def test_cutedsl_compile_count_covers_every_exact_m_served():
     rows = [TunedRow("sm90", 132, m, 1024, 7168, False, "torch.bfloat16", "torch.float32", False, False, "cutedsl",
                      0, 0, 1.0, "t", 0.0, 0.0, 0.0) for m in (1, 16, 32)]
-    assert tune.cutedsl_compiles(rows, GRID) == 1 + 12 + 16
+    assert tune_rows.cutedsl_compiles(rows, GRID) == 1 + 12 + 16
 
 
 # -- the tuner loop, on CPU ------------------------------------------------------------
@@ -342,7 +343,7 @@ def test_picks_from_a_tune_log(tmp_path):
          "kernel": "big_only", "us": 2.5},
     ]
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n{\"truncated")
-    p = bench.Picks.load([str(path)], [fast, det])
+    p = picks.Picks.load([str(path)], [fast, det])
     assert p.choose(fast, 3, 32, 64)[1:] == ("plain_a", "tuned at M=16")   # final beats screen
     assert p.choose(fast, 20, 32, 64)[1:] == ("big_only", "tuned at M=32")
     # M=1 rounds up to 16 like aiter's lookup; M=40 reaches no tuned M: the first candidate that fits.
@@ -352,7 +353,7 @@ def test_picks_from_a_tune_log(tmp_path):
     csv = tmp_path / "t.csv"
     csv.write_text(format_rows([TunedRow("sm90", 132, 8, 32, 64, False, "torch.bfloat16", "torch.float32", False,
                                          False, "triton", 0, 2, 1.0, "det_b", 0.0, 0.0, 0.0)]))
-    p = bench.Picks.load([str(csv)], [fast, det])
+    p = picks.Picks.load([str(csv)], [fast, det])
     assert p.choose(det, 8, 32, 64)[1:] == ("det_b", "tuned at M=8")
     assert p.choose(fast, 8, 32, 64)[2] == "first candidate"  # det_b is not a kernel of "fast"
 
@@ -388,7 +389,7 @@ def test_bench_every_mode_on_cpu_writes_what_targets_reads(tmp_path, capsys, rou
     assert set(e[0]["us"]) == {"torch", "routed", "hooked", "triton", "cutedsl"}
     dec = json.load(open(out / "bench_decode.json"))["results"][0]
     assert dec["layers"] == 3 and dec["add_per_layer_us"]["triton"] == 4.0  # (100 + 4*3 - 100) / 3
-    assert dec["note"]["triton+pdl"] == "no PDL variant (neither its config nor bind() takes pdl)"
+    assert dec["note"]["triton+pdl"] == "no PDL variant (its config has no pdl field)"
     for name in ("bench.md", "bench_det.md", "bench_eager.md", "bench_decode.md"):
         assert (out / name).read_text().startswith("# ")
     text = capsys.readouterr().out
@@ -485,13 +486,198 @@ def test_targets_deterministic_fails_when_not_repeatable_or_slower(tmp_path):
     assert any("not bitwise repeatable" in m for m in v.misses)
 
 
-def test_check_fn_catches_wrong_rounded_and_nonfinite_results():
-    cpu = torch.device("cpu")
-    good = common.check_fn(lambda x, w: x.float() @ w.float().t(), 4, 32, 256, cpu, repeat=2)
-    assert good["ok"] and good["repeatable"] and good["rel_err"] < 1e-6
-    rounded = common.check_fn(lambda x, w: (x.float() @ w.float().t()).bfloat16().float(), 4, 32, 256, cpu)
-    assert not rounded["ok"] and rounded["rel_err"] > 1e-4
-    nan = common.check_fn(lambda x, w: torch.full((x.shape[0], w.shape[0]), float("nan")), 4, 32, 256, cpu)
-    assert not nan["ok"] and not nan["finite"]
-    shape = common.check_fn(lambda x, w: torch.zeros(1, 1), 4, 32, 256, cpu)
-    assert not shape["ok"] and "expected fp32 [4, 32]" in shape["error"]
+def test_a_stop_mid_mode_keeps_the_finished_shapes_and_says_what_is_incomplete(tmp_path, capsys,
+                                                                               router_without_backends):
+    from sglang_fp32gemm.tools.stopping import Stop
+
+    class StoppingTimer(FakeTimer):
+        """SIGTERM (or the budget) arrives during the third timing."""
+
+        def per_call(self, fn, x, weights, replays=15):
+            if self.per_call_calls == 2:
+                raise Stop("SIGTERM after 1s")
+            return super().per_call(fn, x, weights, replays)
+
+    out = tmp_path / "out"
+    argv = ["--graph", "--m", "1,2,3", "--n", "32", "--k", "64", "--out-dir", str(out)]
+    assert bench.main(argv, backends=[], device=torch.device("cpu"), timer=StoppingTimer(9.0)) == 0
+    g = json.load(open(out / "bench.json"))
+    assert [r["M"] for r in g["results"]] == [1]   # M=1: torch and routed timed; M=2 stopped in its torch timing
+    text = capsys.readouterr().out
+    assert "stopped (SIGTERM after 1s); partial results written" in text
+    assert text.rstrip().splitlines()[-1] == "(mode graph incomplete)"
+
+
+# -- one stop scheme, one writer, the shared table lookup ------------------------------------
+def test_budget_and_sigterm_raise_stop_which_no_except_exception_swallows():
+    import signal
+
+    from sglang_fp32gemm.tools.stopping import Budget, Stop
+
+    b = Budget(0.01)
+    assert b.left() is not None and not isinstance(Stop(), Exception)
+    time.sleep(0.02)
+    assert b.expired() and b.left() == 0.0
+    with pytest.raises(Stop, match="budget of 0s reached"):
+        try:
+            b.check()
+        except Exception:  # a kernel's failure handler must not hide the stop
+            pytest.fail("Stop caught as an Exception")
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Stop, match="SIGTERM"):
+        with Budget(None).sigterm():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert not Budget(None).expired() and Budget(0).deadline is None
+
+
+def test_write_text_is_atomic_and_makes_the_folder(tmp_path):
+    path = tmp_path / "a" / "b.json"
+    common.write_json(str(path), {"x": 1})
+    common.write_text(str(path), "replaced")
+    assert path.read_text() == "replaced" and os.listdir(path.parent) == ["b.json"]
+
+
+def test_table_jobs_are_what_the_table_lookup_routes_to():
+    from sglang_fp32gemm import backends as B
+    from sglang_fp32gemm.table import TunedTables
+
+    tables = TunedTables.load()
+    shapes = [(m, n, 7168) for m in (1, 3, 20, 200) for n in (512, 1024, 2048, 2560)]
+    jobs = picks.table_jobs(shapes, B.all_backends(), KEY)
+    assert jobs
+    want = set()
+    for m, n, k in shapes:
+        for t in (tables.fast, tables.deterministic):
+            row = t.lookup(KEY, m, n, k)
+            if row is not None and row.libtype != "torch":
+                want.add((row.kernelName, m, n, k))
+    assert {(kern, m, n, k) for _, kern, m, n, k in jobs} == want
+    for name, kern, *_ in jobs:
+        B.by_name(name).parse(kern)  # each job names the backend that parses its kernel
+
+
+# -- progress ---------------------------------------------------------------------------------
+class _Stream:
+    def __init__(self, tty: bool):
+        self.tty, self.text = tty, ""
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, s):
+        self.text += s
+
+    def flush(self):
+        pass
+
+
+def test_progress_without_a_terminal_prints_a_plain_line_every_few_seconds_or_percent():
+    from sglang_fp32gemm.tools.progress import Progress
+
+    now = [100.0]
+    s = _Stream(tty=False)
+    p = Progress(40, "tune", stream=s, every_s=5.0, every_pct=10.0, clock=lambda: now[0])
+    for i in range(3):  # 7.5% and under 5 s: nothing yet
+        now[0] += 1.0
+        p.update(1, 4)
+    assert s.text == ""
+    now[0] += 1.0
+    p.update(1, 4)       # 10%: a line
+    assert s.text == "tune: 4/40 shapes, 16 candidates timed, 4s elapsed, ~36s left\n"
+    now[0] += 6.0
+    p.update(1, 0)       # 6 s later: a line even under the next 10%
+    assert s.text.splitlines()[-1].startswith("tune: 5/40 shapes, 16 candidates timed, 10s elapsed")
+    p = Progress(2, "bench", stream=s, left_s=lambda: 3.0, clock=lambda: now[0])
+    assert p.line().endswith("~3s left")   # before the first shape: the budget's end
+    p.update(2)
+    assert s.text.splitlines()[-1].startswith("bench: 2/2 shapes")  # the last shape always prints
+
+
+def test_progress_on_a_terminal_is_a_tqdm_bar():
+    pytest.importorskip("tqdm")
+    from sglang_fp32gemm.tools.progress import Progress
+
+    s = _Stream(tty=True)
+    p = Progress(3, "tune", stream=s)
+    p.update(1, 5)
+    p.close()
+    assert p._bar is None and "tune" in s.text and "5 timed" in s.text and "shapes, " not in s.text
+
+
+def test_tune_reports_progress_on_stderr(tmp_path, capsys):
+    fast, det, _ = fakes()
+    args = tune_args(tmp_path, m=[1, 8], n=[32], k=[64])
+    tune.run(args, backends=[fast, det], device=torch.device("cpu"), timer=FakeTimer(10.0))
+    timed = sum(s["timed"] for s in json.load(open(args.summary))["shapes"])
+    err = capsys.readouterr().err
+    assert timed and err.splitlines()[-1].startswith(f"tune: 2/2 shapes, {timed} candidates timed, ")
+
+
+# -- the command line ---------------------------------------------------------------------------
+def _main(argv):
+    from sglang_fp32gemm.__main__ import main
+
+    return main(argv)
+
+
+def _one_line_error(err: str) -> bool:
+    return err.count("\n") == 1 and "Traceback" not in err and "error" in err
+
+
+def test_top_level_help_exits_0_and_names_every_command(capsys):
+    assert _main(["--help"]) == 0 and _main(["-h"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and all(c in out for c in ("explain", "demo", "bench", "tune", "fuzz"))
+    assert "searches Triton" not in out and "every backend" in out   # tune times all backends and torch
+
+
+@pytest.mark.parametrize("argv", [[], ["nonsense"], ["--nonsense"]])
+def test_a_missing_or_unknown_command_exits_2_with_one_line(argv, capsys):
+    assert _main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and _one_line_error(err)
+
+
+@pytest.mark.parametrize("cmd", ["explain", "demo", "bench", "tune", "fuzz"])
+def test_every_command_help_exits_0(cmd, capsys):
+    assert _main([cmd, "--help"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"usage: python -m sglang_fp32gemm {cmd}") and err == ""
+
+
+@pytest.mark.parametrize("argv", [
+    ["fuzz", "--cases", "0"], ["fuzz", "--cases", "-1"], ["fuzz", "--cases", "x"], ["demo", "--m", "-1"],
+    ["demo", "--m", "8", "0"], ["bench", "--m", "0-3"], ["bench", "--layers", "0"], ["bench", "--bogus"],
+    ["bench", "--tune-log", "/no/such/log.jsonl"],
+    ["tune", "--m", "0"], ["tune", "--max-per-backend", "cutedsl"], ["explain", "--max-m", "x"],
+])
+def test_bad_arguments_exit_2_with_one_line(argv, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the arguments fail before any GPU use
+    assert _main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and _one_line_error(err), err
+    assert err.startswith(f"python -m sglang_fp32gemm {argv[0]}: error: ")
+
+
+@pytest.mark.parametrize("cmd", ["fuzz", "bench", "tune"])
+def test_gpu_commands_without_a_gpu_say_so_in_one_line(cmd, capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert _main([cmd, "--help"]) == 0
+    capsys.readouterr()
+    extra = ["--out", str(tmp_path / "f.json")] if cmd == "fuzz" else []
+    assert _main([cmd, *extra]) == 2
+    out, err = capsys.readouterr()
+    assert err == f"{cmd} needs a CUDA GPU\n" and not (tmp_path / "f.json").exists()
+
+
+def test_the_module_help_in_a_process_exits_0():
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT, subprocess_env
+
+    p = subprocess.run([sys.executable, "-m", "sglang_fp32gemm", "--help"], capture_output=True, text=True,
+                       timeout=120, env=subprocess_env(), cwd=str(REPO_ROOT))
+    assert (p.returncode, p.stderr) == (0, "") and p.stdout.startswith("usage: python -m sglang_fp32gemm")

@@ -1,5 +1,7 @@
-"""What tune, bench and fuzz share: the backends, the exactness check, the
-route a call takes, versions, JSON-lines logs, M lists.
+"""What tune, bench and fuzz share: the backends, bound kernels, the route a
+call takes, versions, JSON-lines logs, atomic writes.
+
+Exactness is judged by ``sglang_fp32gemm.exactness``, not here.
 
 Nothing here imports a kernel library at module load.
 """
@@ -7,21 +9,15 @@ Nothing here imports a kernel library at module load.
 from __future__ import annotations
 
 import gzip
-import inspect
 import json
 import os
 import platform
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Iterable, Optional
 
 import torch
-
-#: fp32-exact: rel. error vs float64 at most this, and every element within
-#: atol/rtol of the float64 product.
-REL_TOL = 1e-5
-ATOL, RTOL = 1e-2, 1e-4
 
 K_PRO, K_FLASH = 7168, 4096
 N_DSV4 = (512, 1024, 2048, 2560)
@@ -61,27 +57,18 @@ def split_k_of(cfg) -> int:
     return 0
 
 
-def bind_takes_pdl(b) -> bool:
-    """Whether ``b.bind`` accepts a ``pdl`` keyword (programmatic dependent launch)."""
-    try:
-        params = inspect.signature(b.bind).parameters
-    except (TypeError, ValueError):
-        return False
-    return "pdl" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-
-
 class BindCache:
     """``bind(cfg, device, n, k)`` once per (backend, kernel, device, N, K); errors are cached too."""
 
     def __init__(self) -> None:
         self._fns: dict[tuple, Any] = {}
 
-    def get(self, b, cfg, kernel: str, device, n: int, k: int, pdl: bool = False):
-        key = (b.name, kernel, str(device), n, k, pdl)
+    def get(self, b, cfg, kernel: str, device, n: int, k: int):
+        key = (b.name, kernel, str(device), n, k)
         got = self._fns.get(key)
         if got is None:
             try:
-                got = b.bind(cfg, device, n, k, pdl=True) if pdl else b.bind(cfg, device, n, k)
+                got = b.bind(cfg, device, n, k)
             except Exception as e:
                 got = e
             self._fns[key] = got
@@ -91,64 +78,6 @@ class BindCache:
 
     def clear(self) -> None:
         self._fns.clear()
-
-
-# -- exactness -----------------------------------------------------------------
-def randn_bf16(*shape: int, device) -> torch.Tensor:
-    t = torch.randn(*shape, device=device)
-    return torch.where(t == 0, torch.full_like(t, 0.5), t).to(torch.bfloat16)
-
-
-def poison(device, m: int, n: int) -> None:
-    """Fill a freed block with NaN so the next [m, n] fp32 allocation likely reuses it."""
-    junk = torch.full((m * n + 4096,), float("nan"), dtype=torch.float32, device=device)
-    del junk
-
-
-def measure_error(out: torch.Tensor, ref: torch.Tensor) -> dict:
-    """rel. error vs float64, allclose, finiteness and the fraction of elements outside atol/rtol."""
-    o = out.double()
-    finite = bool(torch.isfinite(o).all())
-    if not finite:
-        rel = float("inf")
-    else:
-        denom = float(ref.norm())
-        rel = float((o - ref).norm() / denom) if denom else float((o - ref).norm())
-    close = torch.isclose(o, ref, atol=ATOL, rtol=RTOL)
-    bad = float((~close).double().mean()) if close.numel() else 0.0
-    return {"rel_err": rel, "allclose": bad == 0.0, "finite": finite, "bad": bad}
-
-
-def exact(err: dict) -> bool:
-    return err["finite"] and err["rel_err"] <= REL_TOL and err["allclose"]
-
-
-def check_fn(fn: Callable, m: int, n: int, k: int, device, repeat: int = 0) -> dict:
-    """Run ``fn`` on fresh random inputs (output memory poisoned) against float64.
-
-    With ``repeat`` > 0 it runs that many more times on the same inputs and
-    says whether every result had the same bits (``repeatable``).
-    """
-    x, w = randn_bf16(m, k, device=device), randn_bf16(n, k, device=device)
-    poison(device, m, n)
-    out = fn(x, w)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    if not isinstance(out, torch.Tensor) or out.dtype != torch.float32 or tuple(out.shape) != (m, n):
-        got = (tuple(out.shape), out.dtype) if isinstance(out, torch.Tensor) else type(out).__name__
-        return {"rel_err": float("inf"), "allclose": False, "finite": False, "bad": 1.0,
-                "ok": False, "error": f"returned {got}, expected fp32 [{m}, {n}]"}
-    res = measure_error(out, x.double() @ w.double().t())
-    res["ok"] = exact(res)
-    if repeat:
-        first = out.clone()
-        same = True
-        for _ in range(repeat):
-            poison(device, m, n)
-            again = fn(x, w)
-            same = same and bool(torch.equal(first, again))
-        res["repeatable"] = same
-    return res
 
 
 # -- routing -------------------------------------------------------------------
@@ -262,26 +191,16 @@ def read_jsonl(path: str) -> Iterable[dict]:
                 yield rec
 
 
-def write_json(path: str, obj: Any) -> None:
-    """Write atomically: a killed run leaves the previous complete file."""
+def write_text(path: str, text: str) -> None:
+    """Write atomically (a killed run leaves the previous complete file); creates the folder."""
+    d = os.path.dirname(path)
+    if d:
+        os.makedirs(d, exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, default=str)
+        f.write(text)
     os.replace(tmp, path)
 
 
-def parse_ints(text: str) -> list[int]:
-    """'1-4,8,16-32:8' -> [1, 2, 3, 4, 8, 16, 24, 32] (ranges inclusive, optional :step)."""
-    out: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        rng, _, step = part.partition(":")
-        a, sep, b = rng.partition("-")
-        lo, hi = int(a), int(b) if sep else int(a)
-        st = int(step) if step else 1
-        if lo < 1 or hi < lo or st < 1:
-            raise ValueError(f"bad range {part!r}")
-        out.extend(range(lo, hi + 1, st))
-    return sorted(set(out))
+def write_json(path: str, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=1, default=str))

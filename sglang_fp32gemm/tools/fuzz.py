@@ -1,14 +1,15 @@
 """GPU fuzz: random shapes through the routed call against float64.
 
 Before each call the allocator's free memory is filled with NaN, so an
-output element the kernel never wrote shows as NaN.
+output element the kernel never wrote shows as NaN. Each result is judged
+by ``sglang_fp32gemm.exactness`` (rel. error vs float64 <= 1e-5, allclose
+atol 1e-2 / rtol 1e-4, all finite, fp32 of the right shape).
 
-    python -m sglang_fp32gemm.tools.fuzz --cases 300
+    python -m sglang_fp32gemm fuzz --cases 300
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -16,16 +17,24 @@ import sys
 
 import torch
 
+from sglang_fp32gemm.tools.cli import Parser, positive_int
+
+
+def parser() -> Parser:
+    ap = Parser("python -m sglang_fp32gemm fuzz", __doc__)
+    ap.add_argument("--cases", type=positive_int, default=300, help="random calls (default %(default)s)")
+    ap.add_argument("--seed", type=int, default=None, help="repeat a run (default: a fresh seed, printed)")
+    ap.add_argument("--out", default="fuzz.json", help="every case and the summary (default %(default)s)")
+    return ap
+
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", type=int, default=300)
-    ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--out", default="fuzz.json")
-    args = ap.parse_args(argv)
+    args = parser().parse_args(argv)
+    if not torch.cuda.is_available():
+        print("fuzz needs a CUDA GPU", file=sys.stderr)
+        return 2
     os.environ["SGLANG_ENABLE_FLYDSL_FP32_GEMM"] = "1"
-    from sglang_fp32gemm import routing, settings
-    from sglang_fp32gemm.backends import torch_ref
+    from sglang_fp32gemm import exactness, routing, settings
     from sglang_fp32gemm.tools import common
 
     settings.reload()
@@ -34,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(seed)
     dev = torch.device("cuda")
     cases, failures = [], 0
-    for i in range(args.cases):
+    for _ in range(args.cases):
         kind = rng.random()
         if kind < 0.6:  # the shapes the tables hold (V4-Pro and V4-Flash), any M
             n, k, m = rng.choice((512, 1024, 2048, 2560)), rng.choice((7168, 4096)), rng.randint(0, 300)
@@ -47,23 +56,19 @@ def main(argv: list[str] | None = None) -> int:
         if rng.random() < 0.1 and m > 1:
             x = torch.randn(k, m, device=dev).to(dtype).t()  # a transposed view
         route = common.route_of(x, w) if m and n else "empty"
-        junk = torch.full((m * n + 4096,), float("nan"), device=dev)
-        del junk  # its NaN-filled block is what the next allocation reuses
+        exactness.poison(dev, m * n)
         out = routing.linear_bf16_fp32(x, w)
-        ref = torch_ref.reference_fp64(x, w)
-        err = torch_ref.rel_error(out, ref) if m and n else 0.0
-        close = bool(torch.allclose(out.double(), ref, atol=1e-2, rtol=1e-4)) if m and n else True
-        ok = out.dtype == torch.float32 and tuple(out.shape) == (m, n) and err <= 1e-5 and close
+        got = exactness.measure(out, exactness.reference(x, w))
+        ok = out.dtype == torch.float32 and tuple(out.shape) == (m, n) and got.ok
         failures += not ok
         cases.append({"M": m, "N": n, "K": k, "dtype": str(dtype), "wdtype": str(wdtype), "route": route,
-                      "rel_err": err, "ok": ok})
-    routes = {}
+                      "rel_err": got.rel_err, "ok": ok})
+    routes: dict[str, int] = {}
     for c in cases:
         routes[c["route"]] = routes.get(c["route"], 0) + 1
     summary = {"seed": seed, "cases": len(cases), "failures": failures, "routes": routes,
                "max_rel_err": max(c["rel_err"] for c in cases), "counters": _counters(router)}
-    with open(args.out, "w") as f:
-        json.dump({"summary": summary, "cases": cases}, f, indent=1)
+    common.write_json(args.out, {"summary": summary, "cases": cases})
     print(json.dumps(summary))
     return 1 if failures else 0
 

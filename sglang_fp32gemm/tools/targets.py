@@ -11,17 +11,18 @@ says what was not measured. Exit status 0 only when every target passed.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
 import sys
 from typing import Iterable, Optional
 
-REL_TOL = 1e-5
+from sglang_fp32gemm.exactness import REL_TOL
+from sglang_fp32gemm.tools.cli import Parser
+from sglang_fp32gemm.tools.common import K_FLASH, K_PRO, N_DSV4, write_json
+
 PEERS = ("cutedsl", "triton")
-K_PRO, K_FLASH = 7168, 4096
-NS = (512, 1024, 2048, 2560)
+NS = N_DSV4
 
 
 @dataclasses.dataclass
@@ -243,8 +244,7 @@ def check(data: dict[str, object], noise: float = 0.01) -> list[Verdict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sglang_fp32gemm.tools.targets", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser("python -m sglang_fp32gemm.tools.targets", __doc__)
     ap.add_argument("paths", nargs="+", help="bench output folders or JSON files")
     ap.add_argument("--noise", type=float, default=0.01,
                     help="allowance where the targets compare two timings of what may be one kernel (default 1%%)")
@@ -257,8 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = {s: sum(v.status == s for v in verdicts) for s in ("PASS", "FAIL", "NODATA")}
     print(f"targets: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['NODATA']} NODATA")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump([dataclasses.asdict(v) for v in verdicts], f, indent=1)
+        write_json(args.json, [dataclasses.asdict(v) for v in verdicts])
     return 0 if counts["FAIL"] == 0 and counts["NODATA"] == 0 else 1
 
 

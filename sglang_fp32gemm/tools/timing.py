@@ -27,6 +27,11 @@ def weight_sets(n: int, k: int, device, dtype=torch.bfloat16, min_sets: int = 8)
     l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
     per = n * k * torch.tensor([], dtype=dtype).element_size()
     count = max(min_sets, math.ceil(4 * l2 / per))
+    return random_weights(count, n, k, device, dtype)
+
+
+def random_weights(count: int, n: int, k: int, device, dtype=torch.bfloat16) -> list[torch.Tensor]:
+    """``count`` [n, k] standard-normal weights made on ``device`` (fast for the GB a decode step needs)."""
     return [torch.randn(n, k, device=device).to(dtype) for _ in range(count)]
 
 
@@ -130,3 +135,12 @@ def floor_us(m: int, n: int, k: int, bandwidth_tbs: float = 4.2) -> float:
 
 def torch_mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.mm(x, w.t(), out_dtype=torch.float32)
+
+
+def torch_fn(device) -> Fn:
+    """The torch column: ``torch_mm`` on CUDA; elsewhere (CPU tests) the plugin's own fallback."""
+    if getattr(device, "type", "cuda") == "cuda":
+        return torch_mm
+    from sglang_fp32gemm.backends import torch_ref
+
+    return torch_ref.mm_fp32

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# One device call (an NVIDIA GPU machine, run from the repository root), as named steps:
+#
+#   bash scripts/device_run.sh STEP [STEP ...]
+#
+#   unpack        the carried CuTe-DSL stack (.cutedsl, packed by ../shared/tools/cutedsl_carry.sh,
+#                 unpacked by its carried copy .cutedsl/cutedsl_carry.sh), vLLM's ll_bf16 kernel if
+#                 .vllm_ll is carried (../shared/tools/vllm_ll_carry.sh), and .devsite (SGLang's
+#                 dense_bf16_gemm_warp_splitk.py in a minimal package) on PYTHONPATH. Without a
+#                 carry its backend is unavailable, and the steps say so.
+#   versions      GPU, driver, library versions, every backend's availability
+#   gpu-tests     every tests/test_*gpu*.py
+#   tune          python -m sglang_fp32gemm tune (every backend, both tables) into $OUT/tune/;
+#                 later bench steps of the same call route with these tables (through
+#                 SGLANG_FLYDSL_FP32_GEMM_CONFIG, on top of the packaged ones) and give each
+#                 backend column its tuned config. Nothing is written to configs/: commit
+#                 $OUT's tables there by hand if they are wanted.
+#   bench:MODES   python -m sglang_fp32gemm bench with MODES, a comma list of graph, det,
+#                 eager, decode (bench alone: graph) into $OUT/bench/, then the targets check
+#   fuzz          python -m sglang_fp32gemm fuzz into $OUT/bench/fuzz.json
+#   explain       python -m sglang_fp32gemm explain (plugin enabled) into $OUT/explain.txt
+#
+# Variables: TUNE_ARGS (default "--budget-s 260"; e.g. "--m 1 2 4 --k 7168"), TUNE_TIMEOUT (290),
+# BENCH_ARGS (extra bench options, e.g. "--m 1-32 --k 7168"), BENCH_TIMEOUT (300), FUZZ_CASES (40),
+# TUNE_LOG (a tune log or tuned CSV for the backend columns when no tune step ran; default the
+# committed docs/benchmarks/h200/tune_log.jsonl.gz).
+#
+# Everything is written under $OUT (the device's output folder). A device call brings back at
+# most 8 files, 2 folders down, so at exit the step folders are packed into $OUT/results.tar.gz;
+# $OUT/run.log (this script's output) and the targets verdicts ($OUT/targets.txt) stay beside it.
+# Each step runs under `timeout`; plan the steps of one call to end well inside its 10 minutes
+# (e.g. unpack versions gpu-tests tune bench:graph: ~10 + 10 + 90 + 290 + 160 s).
+set -uo pipefail
+: "${OUT:?OUT must name the output folder (the device machine sets it)}"
+[ $# -gt 0 ] || { sed -n '2,32p' "$0"; exit 2; }
+T0=$(date +%s)
+say() { echo "== [$(( $(date +%s) - T0 ))s] $*"; }
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+TUNE_LOG=${TUNE_LOG:-docs/benchmarks/h200/tune_log.jsonl.gz}
+exec > >(tee -a "$OUT/run.log") 2>&1
+
+pack() {
+  local dirs
+  dirs=$(cd "$OUT" && ls -d */ 2>/dev/null)
+  if [ -n "$dirs" ]; then
+    # shellcheck disable=SC2086
+    tar czf /tmp/results.tar.gz -C "$OUT" $dirs && (cd "$OUT" && rm -rf $dirs) && mv /tmp/results.tar.gz "$OUT/"
+  fi
+  say "done: $(cd "$OUT" && ls | tr '\n' ' ')"
+}
+trap pack EXIT
+
+step_unpack() {
+  if [ -f .cutedsl/cutedsl_carry.sh ]; then
+    eval "$(bash .cutedsl/cutedsl_carry.sh unpack .cutedsl /tmp/site)" || echo "cutedsl carry: unpack FAILED"
+  else
+    echo "no .cutedsl carried: the cutedsl backend will be unavailable"
+  fi
+  if [ -f .vllm_ll/vllm_ll_carry.sh ]; then
+    eval "$(bash .vllm_ll/vllm_ll_carry.sh unpack .vllm_ll /tmp/llsite)" || echo "vllm_ll carry: unpack FAILED"
+  fi
+  [ -d .devsite ] && export PYTHONPATH=$PWD/.devsite:$PYTHONPATH
+  return 0
+}
+
+step_versions() {
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+  python3 -m sglang_fp32gemm bench --versions
+  python3 -c "
+from sglang_fp32gemm import backends
+for b in backends.all_backends():
+    print('backend', b.name, b.libtype, b.available())" 2>&1 | tail -n 8
+}
+
+step_gpu_tests() {
+  mkdir -p "$OUT/tests"
+  timeout -k 5 120 python3 -m pytest -q -p no:cacheprovider tests/test_*gpu*.py > "$OUT/tests/pytest_gpu.txt" 2>&1
+  echo "pytest rc=$?"; tail -n 8 "$OUT/tests/pytest_gpu.txt"
+}
+
+step_tune() {
+  local d=$OUT/tune
+  mkdir -p "$d"
+  # shellcheck disable=SC2086
+  timeout -k 10 "${TUNE_TIMEOUT:-290}" python3 -m sglang_fp32gemm tune ${TUNE_ARGS:---budget-s 260} \
+    --out "$d/sm90.csv" --out-det "$d/sm90_deterministic.csv" --summary "$d/tune_summary.json" \
+    --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
+  echo "tune rc=$?"; grep -v '^\[' "$d/tune.txt" | tail -n 6 | cut -c1-200
+  TUNE_LOG=$d/tune_log.jsonl.gz
+  local t new=()
+  for t in "$d/sm90.csv" "$d/sm90_deterministic.csv"; do [ -s "$t" ] && new+=("$t"); done
+  [ ${#new[@]} -gt 0 ] || return 0
+  if python3 -c "import sys; from sglang_fp32gemm.table import TunedTables as T; t = T.load(sys.argv[1:]); \
+print(len(t.fast), 'fast and', len(t.deterministic), 'deterministic rows load')" "${new[@]}"; then
+    export SGLANG_FLYDSL_FP32_GEMM_CONFIG=$(IFS=:; echo "${new[*]}")
+  else
+    echo "THE NEW TABLES DO NOT LOAD: later steps route with the packaged ones"
+  fi
+}
+
+step_bench() {
+  local d=$OUT/bench flags="" m
+  mkdir -p "$d"
+  for m in $(echo "${1:-graph}" | tr ',' ' '); do
+    case $m in
+      graph) flags+=" --graph" ;; det) flags+=" --deterministic" ;; eager) flags+=" --eager" ;;
+      decode) flags+=" --decode-seq" ;; *) echo "bench: unknown mode $m (graph, det, eager, decode)"; return 2 ;;
+    esac
+  done
+  local logarg=""
+  [ -f "$TUNE_LOG" ] && logarg="--tune-log $TUNE_LOG" || echo "no $TUNE_LOG: backend columns use first candidates"
+  # shellcheck disable=SC2086
+  timeout -k 10 "${BENCH_TIMEOUT:-300}" python3 -m sglang_fp32gemm bench $flags $logarg ${BENCH_ARGS:-} \
+    --out-dir "$d" > "$d/bench.txt" 2>&1
+  echo "bench rc=$?"; sed -n '/^== /,$p' "$d/bench.txt" | cut -c1-170 | tail -n 40
+  python3 -m sglang_fp32gemm.tools.targets "$d" --limit 3 --json "$d/targets.json" > "$OUT/targets.txt" 2>&1
+  cut -c1-200 "$OUT/targets.txt"
+}
+
+step_fuzz() {
+  mkdir -p "$OUT/bench"
+  timeout -k 5 60 python3 -m sglang_fp32gemm fuzz --cases "${FUZZ_CASES:-40}" --out "$OUT/bench/fuzz.json" \
+    > "$OUT/bench/fuzz.txt" 2>&1
+  echo "fuzz rc=$?"; tail -n 1 "$OUT/bench/fuzz.txt" | cut -c1-300
+}
+
+step_explain() {
+  SGLANG_ENABLE_FLYDSL_FP32_GEMM=1 timeout 60 python3 -m sglang_fp32gemm explain --max-m 32 > "$OUT/explain.txt" 2>&1
+  echo "explain rc=$?"
+}
+
+for s in "$@"; do
+  name=${s%%:*}; arg=""; [ "$name" != "$s" ] && arg=${s#*:}
+  say "$s"
+  case $name in
+    unpack) step_unpack ;; versions) step_versions ;; gpu-tests) step_gpu_tests ;; tune) step_tune ;;
+    bench) step_bench "$arg" ;; fuzz) step_fuzz ;; explain) step_explain ;;
+    *) echo "unknown step $s (unpack versions gpu-tests tune bench:MODES fuzz explain)"; exit 2 ;;
+  esac
+done

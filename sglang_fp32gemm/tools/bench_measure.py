@@ -1,0 +1,229 @@
+"""One shape of each bench mode: torch, the routed call and every backend's column,
+timed the same way (tools/timing.py) and checked with ``exactness``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import statistics
+from typing import Any, Callable, Optional
+
+import torch
+
+from sglang_fp32gemm import exactness, table
+from sglang_fp32gemm.tools import common, timing
+from sglang_fp32gemm.tools.picks import Picks
+
+SEQ_N1, SEQ_N2 = 1536, 512
+
+
+class Bench:
+    def __init__(self, backends: list, device, timer, picks: Picks, replays: int = 15):
+        self.device = device
+        self.timer = timer
+        self.picks = picks
+        self.replays = replays
+        self.binds = common.BindCache()
+        self.torch_fn = timing.torch_fn(device)
+        self.backends = []
+        self.unavailable = {}
+        for b in backends:
+            ok, why = common.available(b)
+            if ok:
+                self.backends.append(b)
+            else:
+                self.unavailable[b.name] = why
+
+    # the functions compared
+    @staticmethod
+    def routed(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        from sglang_fp32gemm import routing
+
+        return routing.linear_bf16_fp32(x, w)
+
+    def columns(self, m: int, n: int, k: int, pdl: bool = False) -> tuple[list[tuple[str, Callable, str, str]], dict]:
+        """[(name, fn, kernel, source)] for every available backend that takes the shape, and {name: why not}."""
+        cols, notes = [], {}
+        for b in self.backends:
+            cfg, kernel, source = self.picks.choose(b, m, n, k)
+            name = f"{b.name}+pdl" if pdl else b.name
+            if cfg is None:
+                notes[name] = source
+                continue
+            if pdl:
+                # Only a config can name PDL (cutedsl: the _pdl kernelName); no bind() takes it.
+                if not (dataclasses.is_dataclass(cfg) and "pdl" in {f.name for f in dataclasses.fields(cfg)}):
+                    notes[name] = "no PDL variant (its config has no pdl field)"
+                    continue
+                cfg = dataclasses.replace(cfg, pdl=True)
+                kernel = b.kernel_name(cfg)
+            try:
+                fn = self.binds.get(b, cfg, kernel, self.device, n, k)
+            except Exception as e:
+                notes[name] = f"bind() raised {type(e).__name__}: {str(e)[:200]}"
+                continue
+            cols.append((name, fn, kernel, source))
+        return cols, notes
+
+    def _time(self, fn, x, weights, notes: dict, name: str) -> Optional[float]:
+        try:
+            return round(self.timer.per_call(fn, x, weights, replays=self.replays), 3)
+        except Exception as e:  # a failing kernel is a note in its column (Stop is no Exception)
+            notes[name] = f"timing raised {type(e).__name__}: {str(e)[:200]}"
+            return None
+
+    def _precision(self, fns: dict[str, Callable], m, n, k, rec: dict, repeat_for: tuple = ()) -> None:
+        for name, fn in fns.items():
+            c = exactness.check(fn, self.device, m, n, k, repeat=2 if name in repeat_for else 0)
+            rec["rel_err"][name] = None if math.isnan(c.rel_err) else c.rel_err
+            rec["allclose"][name] = c.ok
+            if c.repeatable is not None:
+                rec.setdefault("repeatable", {})[name] = c.repeatable
+            if not c.ok:
+                rec["note"][name] = c.detail
+
+    def graph_shape(self, m: int, n: int, k: int, weights, peers: bool, deterministic: bool) -> dict:
+        x = exactness.random_bf16(m, k, device=self.device)
+        rec: dict[str, Any] = {"M": m, "N": n, "K": k, "us": {}, "rel_err": {}, "allclose": {}, "kernel": {},
+                               "source": {}, "note": {}, "floor_us": round(timing.floor_us(m, n, k), 3)}
+        rec["us"]["torch"] = self._time(self.torch_fn, x, weights, rec["note"], "torch")
+        try:
+            rec["route"] = common.route_of(x, weights[0])
+        except Exception as e:
+            rec["route"] = f"? ({type(e).__name__}: {e})"
+        rec["us"]["routed"] = self._time(self.routed, x, weights, rec["note"], "routed")
+        fns = {"torch": self.torch_fn, "routed": self.routed}
+        if peers:
+            cols, notes = self.columns(m, n, k)
+            rec["note"].update(notes)
+            for name, fn, kernel, source in cols:
+                rec["us"][name] = self._time(fn, x, weights, rec["note"], name)
+                rec["kernel"][name], rec["source"][name] = kernel, source
+                fns[name] = fn
+        self._precision(fns, m, n, k, rec, repeat_for=("routed",) if deterministic else ())
+        return rec
+
+    def eager_shape(self, m: int, n: int, k: int, weights, calls: int, runs: int, fallback: bool) -> dict:
+        from sglang_fp32gemm import hooks
+
+        torch_fn = self.torch_fn
+        x = exactness.random_bf16(m, k, device=self.device)
+        if fallback:
+            fns = {"direct": torch_fn, "fallback": lambda a, b: hooks.around_linear(torch_fn, a, b)}
+        else:
+            fns = {"torch": torch_fn, "routed": self.routed,
+                   "hooked": lambda a, b: hooks.around_linear(torch_fn, a, b)}
+        rec: dict[str, Any] = {"M": m, "N": n, "K": k, "kind": "fallback" if fallback else "routed", "us": {},
+                               "enqueue_us": {}, "rel_err": {}, "allclose": {}, "kernel": {}, "note": {}}
+        try:
+            rec["route"] = common.route_of(x, weights[0])
+        except Exception as e:
+            rec["route"] = f"? ({type(e).__name__}: {e})"
+        if not fallback:
+            cols, notes = self.columns(m, n, k)
+            rec["note"].update(notes)
+            for name, fn, kernel, _source in cols:
+                fns[name] = fn
+                rec["kernel"][name] = kernel
+        for name, fn in list(fns.items()):  # warm-up: compiles, binds, allocator
+            try:
+                for i in range(20):
+                    fn(x, weights[i % len(weights)])
+            except Exception as e:
+                rec["note"][name] = f"raised {type(e).__name__}: {str(e)[:200]}"
+                del fns[name]
+        walls: dict[str, list[float]] = {k_: [] for k_ in fns}
+        enq: dict[str, list[float]] = {k_: [] for k_ in fns}
+        for _ in range(runs):  # interleaved, so drift hits every variant alike
+            for name, fn in fns.items():
+                wall, e = self.timer.eager(fn, x, weights, calls)
+                walls[name].append(wall)
+                enq[name].append(e)
+        for name in fns:
+            rec["us"][name] = round(statistics.median(walls[name]), 3)
+            rec["enqueue_us"][name] = round(statistics.median(enq[name]), 3)
+        if fallback and "fallback" in fns and "direct" in fns:
+            rec["added_us"] = round(rec["us"]["fallback"] - rec["us"]["direct"], 3)
+            rec["added_enqueue_us"] = round(rec["enqueue_us"]["fallback"] - rec["enqueue_us"]["direct"], 3)
+        self._precision(fns, m, n, k, rec)
+        return rec
+
+    def decode_shape(self, m: int, n: int, k: int, layers: dict, replays: int) -> dict:
+        import torch.nn.functional as F
+
+        w1, wf, w2 = layers["w1"], layers["wf"], layers["w2"]
+        L = len(wf)
+        x = exactness.random_bf16(m, k, device=self.device)
+        rec: dict[str, Any] = {"M": m, "N": n, "K": k, "layers": L, "step_us": {}, "add_per_layer_us": {},
+                               "rel_err": {}, "allclose": {}, "kernel": {}, "note": {}}
+
+        def base():
+            for i in range(L):
+                F.linear(x, w1[i])
+                F.linear(x, w2[i])
+            return []
+
+        def with_call(fn):
+            def step():
+                outs = []
+                for i in range(L):
+                    F.linear(x, w1[i])
+                    outs.append(fn(x, wf[i]))
+                    F.linear(x, w2[i])
+                return outs
+            return step
+
+        variants: dict[str, Callable] = {"torch": self.torch_fn, "routed": self.routed}
+        for pdl in (False, True):
+            cols, notes = self.columns(m, n, k, pdl=pdl)
+            rec["note"].update(notes)
+            for name, fn, kernel, _source in cols:
+                variants[name] = fn
+                rec["kernel"][name] = kernel
+        try:
+            rec["route"] = common.route_of(x, wf[0])
+        except Exception as e:
+            rec["route"] = f"? ({type(e).__name__}: {e})"
+        b0, _ = self.timer.step(base, replays)
+        for name, fn in variants.items():
+            try:
+                t, outs = self.timer.step(with_call(fn), replays)
+            except Exception as e:
+                rec["note"][name] = f"raised {type(e).__name__}: {str(e)[:200]}"
+                continue
+            rec["step_us"][name] = round(t, 2)
+            worst, close = 0.0, True
+            for i, o in enumerate(outs):
+                got = exactness.measure(o, exactness.reference(x, wf[i]))
+                worst = max(worst, got.rel_err)
+                close = close and got.allclose and got.finite
+            rec["rel_err"][name], rec["allclose"][name] = worst, close
+        b1, _ = self.timer.step(base, replays)
+        rec["base_step_us"] = [round(b0, 2), round(b1, 2)]
+        base_us = (b0 + b1) / 2
+        for name, t in rec["step_us"].items():
+            rec["add_per_layer_us"][name] = round((t - base_us) / L, 3)
+        return rec
+
+
+# -- settings ------------------------------------------------------------------------
+def set_deterministic(on: bool) -> None:
+    from sglang_fp32gemm import routing, settings
+
+    os.environ[settings.ENABLE_VAR] = "1"
+    os.environ[settings.DETERMINISTIC_VAR] = "1" if on else "0"
+    settings.reload()
+    routing.reset_router()
+
+
+def tables_info() -> list[dict]:
+    out = []
+    try:
+        for name, text in table.packaged_tables():
+            rows = [line for line in text.splitlines()[1:] if line.strip() and not line.startswith("#")]
+            out.append({"file": name, "rows": len(rows)})
+    except Exception as e:
+        out.append({"error": f"{type(e).__name__}: {e}"})
+    return out

@@ -1,0 +1,83 @@
+"""The tuner's results and the table rows made from them (pure: no GPU, no timing)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Optional
+
+from sglang_fp32gemm.table import TunedRow
+from sglang_fp32gemm.tools.buckets import grid_buckets, torch_pins
+
+DTYPE, OUTDTYPE = "torch.bfloat16", "torch.float32"
+
+
+@dataclasses.dataclass
+class Pick:
+    backend: str
+    libtype: str
+    kernel: str
+    us: float
+    rel_err: float
+    split_k: int
+    deterministic: bool
+
+
+@dataclasses.dataclass
+class ShapeResult:
+    m: int
+    n: int
+    k: int
+    torch_us: float
+    bucket: list[int]
+    fast: Optional[Pick]          # fastest exact candidate, whatever torch did
+    det: Optional[Pick]           # fastest exact deterministic candidate
+    timed: int = 0
+    rejected: int = 0
+
+
+def _row(key, r: ShapeResult, p: Optional[Pick]) -> TunedRow:
+    m, n, k = r.m, r.n, r.k
+    flops = 2 * m * n * k
+    nbytes = n * k * 2 + m * k * 2 + m * n * 4
+    if p is None:  # a torch pin
+        us = r.torch_us
+        return TunedRow(key.gfx, key.cu_num, m, n, k, False, DTYPE, OUTDTYPE, False, False, "torch", 0, 0,
+                        round(us, 3), "", 0.0, round(flops / us / 1e6, 3) if us else 0.0,
+                        round(nbytes / us / 1e3, 1) if us else 0.0)
+    us = p.us
+    return TunedRow(key.gfx, key.cu_num, m, n, k, False, DTYPE, OUTDTYPE, False, False, p.libtype, 0, p.split_k,
+                    round(us, 3), p.kernel, 0.0, round(flops / us / 1e6, 3), round(nbytes / us / 1e3, 1))
+
+
+def wins(p: Optional[Pick], torch_us: float, min_gain: float) -> bool:
+    return p is not None and p.us * (1 + min_gain) <= torch_us
+
+
+def build_rows(results: Iterable[ShapeResult], key, grid: Iterable[int], min_gain: float, deterministic: bool,
+               pin_torch: bool = True) -> list[TunedRow]:
+    """The table rows for the finished shapes (sorted by N, K, M)."""
+    grid = sorted(set(grid))
+    by_nk: dict[tuple[int, int], dict[int, ShapeResult]] = {}
+    for r in results:
+        by_nk.setdefault((r.n, r.k), {})[r.m] = r
+    rows = []
+    for (n, k), per_m in sorted(by_nk.items()):
+        fast = {m: r for m, r in per_m.items() if wins(r.det if deterministic else r.fast, r.torch_us, min_gain)}
+        for m, r in fast.items():
+            rows.append(_row(key, r, r.det if deterministic else r.fast))
+        if pin_torch:
+            for m in torch_pins(grid, fast):
+                if m in per_m:
+                    rows.append(_row(key, per_m[m], None))
+                else:  # not reached within the budget: pinned without a time
+                    stub = ShapeResult(m, n, k, 0.0, [], None, None)
+                    rows.append(_row(key, stub, None))
+    rows.sort(key=lambda row: (row.N, row.K, row.M))
+    return rows
+
+
+def cutedsl_compiles(rows: Iterable[TunedRow], grid: Iterable[int], libtype: str = "cutedsl") -> int:
+    """Exact (M, N, K) the rows of ``libtype`` serve: one JIT compile each on first use."""
+    grid = sorted(set(grid))
+    buckets = grid_buckets(grid)
+    return sum(len(buckets.get(r.M, [r.M])) for r in rows if r.libtype == libtype)

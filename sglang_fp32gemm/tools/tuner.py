@@ -1,0 +1,195 @@
+"""One shape of the tuner: gather every backend's candidates, gate them on
+exactness, time them against torch, pick the fastest and the fastest
+deterministic kernel valid for the whole bucket.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterable, Optional
+
+import torch
+
+from sglang_fp32gemm import exactness
+from sglang_fp32gemm.tools import common, timing
+from sglang_fp32gemm.tools.stopping import Budget
+from sglang_fp32gemm.tools.tune_rows import Pick, ShapeResult
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    backend: Any
+    cfg: Any
+    kernel: str
+    deterministic: bool
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend.name}:{self.kernel}"
+
+
+def parse_caps(items: Iterable[str]) -> dict[str, int]:
+    caps = {}
+    for it in items:
+        name, sep, num = it.partition("=")
+        if not sep or not name or not num.isdigit():
+            raise ValueError(f"--max-per-backend wants NAME=COUNT, got {it!r}")
+        caps[name] = int(num)
+    return caps
+
+
+def gather_candidates(backends: list, m: int, n: int, k: int, bucket: list[int], caps: dict[str, int],
+                      log: common.JsonLog) -> list[Candidate]:
+    """The candidates of every backend for one shape, each valid for every M of the bucket."""
+    out = []
+    for b in backends:
+        try:
+            cfgs = list(b.candidates(m, n, k))
+        except Exception as e:
+            log.write(event="candidates_error", M=m, N=n, K=k, backend=b.name, error=f"{type(e).__name__}: {e}")
+            continue
+        if b.name in caps:
+            cfgs = cfgs[:caps[b.name]]
+        for cfg in cfgs:
+            try:
+                kernel = b.kernel_name(cfg)
+                back = b.parse(kernel)
+            except Exception as e:
+                log.write(event="candidate", status="error", M=m, N=n, K=k, backend=b.name, kernel=repr(cfg),
+                          error=f"kernel name round trip: {type(e).__name__}: {e}")
+                continue
+            if back != cfg:
+                log.write(event="candidate", status="error", M=m, N=n, K=k, backend=b.name, kernel=kernel,
+                          error=f"parse(kernel_name(cfg)) gives {back!r}, not {cfg!r}")
+                continue
+            why = None
+            for mm in (bucket or [m]):
+                try:
+                    ok, reason = b.supports(cfg, mm, n, k)
+                except Exception as e:
+                    ok, reason = False, f"supports() raised {type(e).__name__}: {e}"
+                if not ok:
+                    why = f"M={mm}: {reason}"
+                    break
+            if why is not None:
+                log.write(event="candidate", status="unsupported", M=m, N=n, K=k, backend=b.name, kernel=kernel,
+                          reason=why)
+                continue
+            out.append(Candidate(b, cfg, kernel, common.is_deterministic(b, cfg)))
+    return out
+
+
+class Tuner:
+    def __init__(self, backends: list, device, timer, log: common.JsonLog, *, caps: dict[str, int] | None = None,
+                 top: int = 3, screen_replays: int = 7, final_replays: int = 15,
+                 budget: Optional[Budget] = None, torch_fn: Optional[Callable] = None):
+        self.backends = backends
+        self.device = device
+        self.timer = timer
+        self.log = log
+        self.caps = caps or {}
+        self.top = top
+        self.screen_replays = screen_replays
+        self.final_replays = final_replays
+        self.budget = budget or Budget()
+        self.torch_fn = torch_fn or timing.torch_fn(device)
+        self.binds = common.BindCache()
+        self._weights: dict[tuple[int, int], list[torch.Tensor]] = {}
+
+    def weights(self, n: int, k: int) -> list[torch.Tensor]:
+        w = self._weights.get((n, k))
+        if w is None:
+            w = self._weights[(n, k)] = self.timer.weights(n, k, self.device)
+        return w
+
+    def _fn(self, c: Candidate, n: int, k: int):
+        return self.binds.get(c.backend, c.cfg, c.kernel, self.device, n, k)
+
+    def _rec(self, c: Candidate, m, n, k, **kw) -> None:
+        self.log.write(event="candidate", M=m, N=n, K=k, backend=c.backend.name, libtype=c.backend.libtype,
+                       kernel=c.kernel, deterministic=c.deterministic, **kw)
+
+    def check(self, c: Candidate, m: int, n: int, k: int, phase: str) -> Optional[exactness.Check]:
+        """The exactness gate; None (and a log line) when the candidate fails it."""
+        try:
+            fn = self._fn(c, n, k)
+            res = exactness.check(fn, self.device, m, n, k, repeat=2 if c.deterministic else 0)
+        except Exception as e:
+            self._rec(c, m, n, k, phase=phase, status="error", error=f"{type(e).__name__}: {str(e)[:300]}")
+            return None
+        if not res.ok:
+            self._rec(c, m, n, k, phase=phase, status="rejected", rel_err=res.rel_err, error=res.detail)
+            return None
+        return res
+
+    def time(self, c: Candidate, m: int, n: int, k: int, x: torch.Tensor, replays: int) -> Optional[float]:
+        try:
+            return self.timer.per_call(self._fn(c, n, k), x, self.weights(n, k), replays=replays)
+        except Exception as e:
+            self._rec(c, m, n, k, phase="time", status="error", error=f"{type(e).__name__}: {str(e)[:300]}")
+            return None
+
+    def shape(self, m: int, n: int, k: int, bucket: list[int], cands: list[Candidate]) -> ShapeResult:
+        x = exactness.random_bf16(m, k, device=self.device)
+        weights = self.weights(n, k)
+        torch_us = self.timer.per_call(self.torch_fn, x, weights, replays=self.screen_replays)
+        self.log.write(event="torch", phase="screen", M=m, N=n, K=k, us=torch_us)
+        screened: list[tuple[float, Candidate, exactness.Check]] = []
+        rejected = 0
+        for c in cands:
+            self.budget.check()
+            res = self.check(c, m, n, k, "check")
+            if res is None:
+                rejected += 1
+                continue
+            if c.deterministic and res.repeatable is False:
+                self._rec(c, m, n, k, phase="check", status="not_repeatable", rel_err=res.rel_err,
+                          note="called deterministic, gave different bits on the same inputs: "
+                               "kept out of the deterministic table")
+                c = dataclasses.replace(c, deterministic=False)
+            us = self.time(c, m, n, k, x, self.screen_replays)
+            if us is None:
+                rejected += 1
+                continue
+            self._rec(c, m, n, k, phase="screen", status="ok", us=us, rel_err=res.rel_err)
+            screened.append((us, c, res))
+        screened.sort(key=lambda r: r[0])
+        finalists = screened[:self.top] + [r for r in screened if r[1].deterministic][:self.top]
+        seen, final = set(), []
+        self.budget.check()
+        torch_us = self.timer.per_call(self.torch_fn, x, weights, replays=self.final_replays)
+        self.log.write(event="torch", phase="final", M=m, N=n, K=k, us=torch_us)
+        for _, c, res in finalists:
+            if c.label in seen:
+                continue
+            seen.add(c.label)
+            self.budget.check()
+            us = self.time(c, m, n, k, x, self.final_replays)
+            if us is None:
+                continue
+            self._rec(c, m, n, k, phase="final", status="ok", us=us, rel_err=res.rel_err)
+            final.append((us, c, res))
+        final.sort(key=lambda r: r[0])
+        lo = min(bucket) if bucket else m
+        verified: dict[str, Optional[exactness.Check]] = {}
+
+        def pick(rows, need_det: bool) -> Optional[Pick]:
+            """The first of ``rows`` that is also exact (and repeatable, for need_det) at the bucket's smallest M."""
+            for us, c, res in rows:
+                if lo != m:
+                    if c.label not in verified:
+                        self.budget.check()
+                        verified[c.label] = low = self.check(c, lo, n, k, f"verify M={lo}")
+                        if low is not None:
+                            self._rec(c, lo, n, k, phase="verify", status="ok", rel_err=low.rel_err,
+                                      repeatable=low.repeatable, serves_row_m=m)
+                    low = verified[c.label]
+                    if low is None or (need_det and not low.repeatable):
+                        continue
+                return Pick(c.backend.name, c.backend.libtype, c.kernel, us, res.rel_err, common.split_k_of(c.cfg),
+                            c.deterministic)
+            return None
+
+        fast = pick(final, False)
+        det = pick([r for r in final if r[1].deterministic], True)
+        return ShapeResult(m, n, k, torch_us, list(bucket), fast, det, timed=len(screened), rejected=rejected)
