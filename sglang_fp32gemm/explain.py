@@ -14,9 +14,12 @@ from sglang_fp32gemm.backends import verdict_cache
 from sglang_fp32gemm.errors import ConfigError
 from sglang_fp32gemm.table import DeviceKey, device_key
 
-# V4-Pro (hidden 7168) and V4-Flash (hidden 4096).
-K_DSV4 = (7168, 4096)
-N_DSV4 = {512: "indexer kv_score", 1024: "HCA wkv_gate", 2048: "CSA wkv_gate", 2560: "fused CSA+indexer"}
+# The compressor GEMMs: (N, K) -> who calls them. V4-Pro (hidden 7168), V4-Flash (4096), and
+# DeepSeek-V4.1-Flash (5120), whose ratio-2 compressor runs wkv and wgate (N=512) or fused (N=1024).
+_V4 = {512: "indexer kv_score", 1024: "HCA wkv_gate", 2048: "CSA wkv_gate", 2560: "fused CSA+indexer"}
+SHAPES = {**{(n, k): f"V4-{name} {what}" for k, name in ((7168, "Pro"), (4096, "Flash")) for n, what in _V4.items()},
+          (512, 5120): "V4.1-Flash ratio-2 wkv / wgate (kind v41)",
+          (1024, 5120): "V4.1-Flash ratio-2 fused wkv_gate (kind v41)"}
 
 
 def _shape_route(router: routing.Router, dev: Optional[DeviceKey], device: Optional[torch.device],
@@ -105,12 +108,15 @@ def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple
     # with enablement forced on: the routes are computed by the same code.
     shown = router if router.enabled else routing.Router(cfg, backends)
     p("routes:" if router.enabled else "routes if enabled:")
-    for n, what in N_DSV4.items():
-        for k in K_DSV4:
-            p(f"  N={n} K={k} ({what}):")
-            items = [(m, _shape_route(shown, dev, device, m, n, k)) for m in range(1, max_m + 1)]
-            for line in _compress(items):
-                p(line)
+    for (n, k), what in sorted(SHAPES.items(), key=lambda kv: (-kv[0][1], kv[0][0])):
+        p(f"  N={n} K={k} ({what}):")
+        items = [(m, _shape_route(shown, dev, device, m, n, k)) for m in range(1, max_m + 1)]
+        for line in _compress(items):
+            p(line)
+    no_layer = shown.caller(None)
+    p("  other callers of linear_bf16_fp32 (no compressor layer: DeepSeek's MoE gate, LongCat, ...): "
+      + ("routed by the table alone, as above for their shape" if no_layer.selected
+         else f"not routed: {no_layer.reason}"))
     kernels = shown.bound_kernels()
     if kernels:
         p("kernels bound on this device:")

@@ -27,6 +27,11 @@ from sglang_fp32gemm.releases import ReleaseLayout
 layout: Optional[ReleaseLayout] = None
 #: Attribute the plugin owns on each compressor module: (router, {fused: Caller}).
 CALLER_ATTR = "_sglang_fp32gemm_caller"
+#: DeepSeek-V4.1's compressor does not know its layer: the attention layer that builds it names it here.
+LAYER_ID_ATTR = "_sglang_fp32gemm_layer_id"
+V41_CLASS = "DeepseekV41Compressor"
+#: The weights of a compressor's GEMMs: V4's wkv_gate; V4.1's wkv and wgate, or its fused wkv_gate.
+GEMM_WEIGHTS = ("wkv_gate", "wkv", "wgate")
 
 _BF16 = torch.bfloat16
 
@@ -50,6 +55,8 @@ _tgemm_lock = threading.Lock()
 
 def layer_of(module: Any, fused: bool) -> LayerInfo:
     """The compressor layer a module is (pure attribute reads: traceable)."""
+    if type(module).__name__ == V41_CLASS:
+        return LayerInfo(int(getattr(module, LAYER_ID_ATTR, -1)), "v41")
     return LayerInfo.of_compressor(getattr(module, "layer_id", -1), getattr(module, "ratio", 0),
                                    bool(getattr(module, "is_in_indexer", False)), fused)
 
@@ -71,9 +78,9 @@ def caller_of(module: Any, fused: bool, r: routing.Router) -> routing.Caller:
 
 
 def _calling_caller(w: torch.Tensor, r: routing.Router) -> Optional[routing.Caller]:
-    """The compressor whose kv-score method is running here, if ``w`` is its wkv_gate weight."""
+    """The compressor whose GEMM-calling method is running here, if ``w`` is one of its GEMM weights."""
     comp = _calling.layer
-    if comp is None or w is not getattr(getattr(comp, "wkv_gate", None), "weight", None):
+    if comp is None or not any(w is getattr(getattr(comp, name, None), "weight", None) for name in GEMM_WEIGHTS):
         return None
     return caller_of(comp, False, r)
 
@@ -137,10 +144,13 @@ def around_wkv_gate(original_fn: Callable, self: Any, x: torch.Tensor, *args: An
         _bypass.on = False
 
 
-# -- Compressor.compute_kv_score / prelaunch_kv_score (0.5.12-0.5.18) --------------------
-def around_kv_score(original_fn: Callable, self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-    """These methods do more than the GEMM (context-parallel gathers): only name the calling layer."""
-    if not routing.get_router().enabled:
+# -- methods that call linear_bf16_fp32 themselves: name the calling layer ------------------
+def around_naming(original_fn: Callable, self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    """``Compressor.compute_kv_score`` / ``prelaunch_kv_score`` (0.5.12-0.5.18) and DeepSeek-V4.1's
+    ``DeepseekV41Compressor.project`` / ``project_fused``: they call ``linear_bf16_fp32`` themselves
+    (and do more around it), so this hook only names the calling layer for the linear hook."""
+    if torch.compiler.is_compiling() or not routing.get_router().enabled:
+        # Traced: no thread-local state in a graph; the linear hook routes the call with no layer.
         return original_fn(self, x, *args, **kwargs)
     if layout is not None and layout.compressor_aiter == "_tgemm":
         _wrap_compressor_tgemm()
@@ -150,6 +160,17 @@ def around_kv_score(original_fn: Callable, self: Any, x: torch.Tensor, *args: An
         return original_fn(self, x, *args, **kwargs)
     finally:
         _calling.layer = prev
+
+
+def name_v41_layer(result: Any, owner: Any, *args: Any, **kwargs: Any) -> None:
+    """AFTER ``MQALayer.__init__``: give its DeepSeek-V4.1 compressor the layer id (it has none)."""
+    comp = getattr(owner, "__dict__", {}).get("_modules", {}).get("compressor")
+    if comp is not None and type(comp).__name__ == V41_CLASS:
+        try:
+            object.__setattr__(comp, LAYER_ID_ATTR, int(getattr(owner, "layer_id", -1)))
+        except Exception:  # never break model construction; the layer stays unnamed (id -1)
+            pass
+    return None
 
 
 class CompressorTgemm:

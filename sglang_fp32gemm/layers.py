@@ -9,16 +9,25 @@ A small ``key = value`` file, one setting a line, ``#`` comments::
 
 A call opts in when its layer id is in ``layers`` (or ``layers`` is
 absent), its kind is in ``kinds`` (or ``kinds`` is absent), and its id is
-not excluded. Without a file every compressor layer opts in. Calls with no
-layer context (plain ``linear_bf16_fp32`` callers) follow the tuned table
-alone.
+not excluded. Without a file every compressor layer opts in, and so do
+calls with no layer context (other ``linear_bf16_fp32`` callers, such as
+DeepSeek's MoE gate or LongCat), which then follow the tuned table alone.
+With a file only the compressor layers it selects opt in: a call with no
+layer context is not routed (the file is an opt-in list, and such a call is
+on none).
+
+Kinds: ``hca`` (DeepSeek-V4 compress ratio 128, wkv_gate N=1024 on V4-Pro),
+``csa`` (ratio 4, N=2048), ``indexer`` (the indexer's compressor, N=512),
+``fused`` (CSA + indexer in one GEMM, N=2560, SGLang PR #38920) and ``v41``
+(DeepSeek-V4.1's ratio-2 compressor: wkv and wgate, N=512 each, or the
+fused wkv_gate, N=1024; K = 5120 on V4.1-Flash).
 
 Grammar: ``layers`` and ``exclude_layers`` take a comma-separated list of
 ids and inclusive ranges (``7``, ``3-7``: whole numbers >= 0 in ASCII
 digits; spaces around items and around the dash are allowed). They are kept
 as ranges, so ``0-10000000`` costs nothing and a lookup is a binary search.
-``kinds`` takes a comma-separated list of hca, csa, indexer, fused (any
-case). Keys are case-insensitive and each may appear once. Each of these is
+``kinds`` takes a comma-separated list of hca, csa, indexer, fused, v41
+(any case). Keys are case-insensitive and each may appear once. Each of these is
 an error naming file:line: a line without ``=``, an unknown key, a key
 given twice, an empty list (``layers =``), an empty item (``1,,2`` or a
 trailing ``1,``), a half range (``3-``), a negative id (``-3``), anything
@@ -36,7 +45,8 @@ from typing import Iterable, Optional
 
 from sglang_fp32gemm.errors import ConfigError, read_config_text
 
-KINDS = ("hca", "csa", "indexer", "fused")
+KINDS = ("hca", "csa", "indexer", "fused", "v41")
+NO_FILE = "(no file: every compressor layer)"
 KEYS = ("layers", "kinds", "exclude_layers")
 
 
@@ -108,7 +118,7 @@ class LayerSelection:
     layers: Optional[IdRanges] = None
     kinds: Optional[frozenset[str]] = None
     exclude: IdRanges = IdRanges()
-    source: str = "(no file: every compressor layer)"
+    source: str = NO_FILE
 
     def __post_init__(self) -> None:
         # Plain id collections (frozenset({5})) are accepted and kept as ranges.
@@ -119,9 +129,13 @@ class LayerSelection:
         if self.kinds is not None and not isinstance(self.kinds, frozenset):
             object.__setattr__(self, "kinds", frozenset(self.kinds))
 
+    @property
+    def from_file(self) -> bool:
+        return self.source != NO_FILE
+
     def selects(self, info: Optional[LayerInfo]) -> bool:
         if info is None:
-            return True
+            return not self.from_file  # a layer file opts in only the layers it names
         if info.layer_id in self.exclude:
             return False
         if self.layers is not None and info.layer_id not in self.layers:

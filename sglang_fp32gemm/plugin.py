@@ -39,7 +39,8 @@ LAYERS_FLAG = "--flydsl-fp32-gemm-layers"
 # module globals holding functions: SGLang's registry rebinds any module
 # global that holds a patched original.
 STATE: dict[str, Any] = {"registered": False, "off": False, "layout": None, "linear_target": None,
-                         "compressor_target": None, "layer_targets": [], "hooks": [], "errors": []}
+                         "compressor_target": None, "layer_targets": [], "v41_targets": [], "hooks": [],
+                         "errors": []}
 _register_lock = threading.Lock()
 
 
@@ -122,11 +123,38 @@ def _hook_gemms(hook: Callable, HookType: Any) -> None:
         hook(lay.linear_target, hooks.around_linear, HookType.AROUND)
         STATE["linear_target"] = lay.linear_target
     if lay is not None and lay.layer_method:
-        around = hooks.around_wkv_gate if lay.layer_method == "_compute_wkv_gate" else hooks.around_kv_score
+        around = hooks.around_wkv_gate if lay.layer_method == "_compute_wkv_gate" else hooks.around_naming
         for target in lay.layer_targets:
             hook(target, around, HookType.AROUND)
         STATE["layer_targets"] = list(lay.layer_targets)
         STATE["compressor_target"] = lay.layer_targets[0]
+    if lay is not None and lay.linear_module:
+        _hook_v41(hook, HookType)
+
+
+def _hook_v41(hook: Callable, HookType: Any) -> None:
+    """DeepSeek-V4.1's ratio-2 compressor, on releases that have it: name its layer for the linear hook."""
+    from sglang_fp32gemm import hooks
+
+    methods = []
+    for m in releases.V41_METHODS:
+        found, err = releases.lookup(f"{releases.V41_COMPRESSOR}.{m}")
+        if err is not None:
+            _error(f"DeepSeek-V4.1 compressor: SGLang's {err}; its GEMMs route without their layer")
+            return
+        if found:
+            methods.append(f"{releases.V41_COMPRESSOR}.{m}")
+    if not methods:
+        return  # a release without DeepSeek-V4.1
+    for target in methods:
+        hook(target, hooks.around_naming, HookType.AROUND)
+    found, err = releases.lookup(releases.V41_OWNER_INIT)
+    if found:
+        hook(releases.V41_OWNER_INIT, hooks.name_v41_layer, HookType.AFTER)
+    else:
+        _error(f"{err or releases.V41_OWNER_INIT + ' not found'}: DeepSeek-V4.1 compressor layers are named "
+               "without their layer id (-1)")
+    STATE["v41_targets"] = methods
 
 
 def install() -> None:
@@ -156,6 +184,9 @@ def describe() -> list[str]:
         elif lay.layer_method:
             out.append(f"hooked {', '.join(lay.layer_targets)} (AROUND; names the calling layer for "
                        "the linear_bf16_fp32 hook)")
+        if STATE["v41_targets"]:
+            out.append(f"hooked {', '.join(STATE['v41_targets'])} (AROUND; names DeepSeek-V4.1's compressor "
+                       f"layer, kind v41) and {releases.V41_OWNER_INIT} (AFTER; gives it its layer id)")
         rounds = []
         if lay.linear_aiter:
             rounds.append("inside linear_bf16_fp32" + (" (bf16 weights)" if lay.linear_aiter == "bf16" else ""))

@@ -23,6 +23,12 @@ logger = logging.getLogger(__name__)
 
 COMPRESSOR_MODULE = "sglang.srt.layers.attention.dsv4.compressor"
 COMPRESSOR = f"{COMPRESSOR_MODULE}.Compressor"
+# DeepSeek-V4.1's ratio-2 compressor (releases that have dsv41_sparse): project() calls
+# linear_bf16_fp32 on wkv and wgate (N = head_dim each), project_fused() on the fused wkv_gate.
+V41_COMPRESSOR = "sglang.srt.layers.attention.dsv4.dsv41_sparse.DeepseekV41Compressor"
+V41_METHODS = ("project", "project_fused")
+# The attention layer that builds it knows the layer id; the compressor does not.
+V41_OWNER_INIT = "sglang.srt.models.deepseek_v4.MQALayer.__init__"
 
 
 @dataclasses.dataclass(frozen=True)

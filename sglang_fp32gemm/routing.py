@@ -38,6 +38,7 @@ __all__ = ["Router", "Caller", "Entry", "Plan", "ineligible", "get_router", "res
 _BF16 = torch.bfloat16
 NOT_2D_BF16 = "not a 2-D bf16 x bf16 call"
 UNSELECTED = "layer not selected"
+NO_LAYER = "no compressor layer (a layer file is set)"
 BAD_CONFIG = "bad configuration"
 GRAD = "inputs require grad"
 
@@ -63,11 +64,13 @@ def ineligible(x: torch.Tensor, w: torch.Tensor) -> Optional[str]:
 class Caller:
     """Who is calling, and whether the layer file selects it; decided once per layer."""
 
-    __slots__ = ("layer", "selected")
+    __slots__ = ("layer", "selected", "reason")
 
     def __init__(self, layer: Optional[LayerInfo], selected: bool):
         self.layer = layer
         self.selected = selected
+        #: Why it is not routed, when not selected.
+        self.reason = UNSELECTED if layer is not None else NO_LAYER
 
 
 class Router:
@@ -85,7 +88,8 @@ class Router:
         self.telemetry = Telemetry()
         self.kernels = KernelCache(self.telemetry, getattr(s, "probe_timeout_s", None))
         self.routes = RouteTable(config, backends, self.deterministic, self.kernels, self.telemetry)
-        self._no_layer = Caller(None, True)
+        sel = config.selection if config is not None else None
+        self._no_layer = Caller(None, sel is None or sel.selects(None))
         self._off = Entry(None, None, BAD_CONFIG if error else "disabled", counted=error is not None,
                           first_log=(logging.ERROR, f"sglang-fp32gemm disabled, bad configuration: {error}; "
                                      "every call runs SGLang's own GEMM"))
@@ -93,6 +97,7 @@ class Router:
 
     # -- the decision ----------------------------------------------------------
     def caller(self, layer: Optional[LayerInfo]) -> Caller:
+        """A call's caller: ``layer`` judged against the layer file (None: a call with no layer)."""
         if layer is None:
             return self._no_layer
         sel = self.config.selection if self.config is not None else None
@@ -102,8 +107,9 @@ class Router:
         """The entry this call takes (counts nothing)."""
         if not self.enabled:
             return self._off
-        if caller is not None and not caller.selected:
-            return self._reason(UNSELECTED)
+        caller = caller or self._no_layer
+        if not caller.selected:
+            return self._reason(caller.reason)
         why = ineligible(x, w)
         if why is not None:
             return self._reason(why)

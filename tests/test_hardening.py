@@ -88,3 +88,94 @@ def test_a_plugin_that_is_off_imports_no_model_code_and_hooks_no_gemm():
     assert st["hooks"] == ["sglang.srt.server_args.ServerArgs.add_cli_args",
                            "sglang.srt.server_args.ServerArgs.from_cli_args"]
     assert any("no GEMM hook installed" in line for line in rep["describe"])
+
+
+# -- 3: DeepSeek-V4.1's compressor GEMMs obey the layer file; calls with no layer under a layer file ------
+V41_K, V41_D = 256, 64
+
+
+@pytest.fixture
+def v41(sglang_plugins_loaded, monkeypatch):
+    """Two real DeepSeek-V4.1 ratio-2 compressors (separate wkv/wgate, and fused), named as layer 7
+    the way the hooked MQALayer.__init__ names them."""
+    from sglang.srt.layers.attention.dsv4.dsv41_sparse import DeepseekV41Compressor
+
+    from sglang_fp32gemm import hooks
+
+    comps = {}
+    for fused in (False, True):
+        c = DeepseekV41Compressor(V41_K, V41_D, 2, 1e-6, fused_compress=fused)
+        with torch.no_grad():
+            for p in c.parameters():
+                p.copy_(rand_bf16(*p.shape))
+        owner = torch.nn.Module()
+        owner.layer_id = 7
+        owner.compressor = c
+        hooks.name_v41_layer(None, owner)
+        comps[fused] = c
+    return comps
+
+
+def _enable(monkeypatch, router):
+    from sglang_fp32gemm import routing
+    from sglang_fp32gemm import settings as S
+
+    monkeypatch.setenv(S.ENABLE_VAR, "1")
+    S.reload()
+    return routing.reset_router(router)
+
+
+def test_v41_layer_owner_init_is_hooked_to_name_the_layer(sglang_plugins_loaded):
+    import sglang.srt.models.deepseek_v4 as M
+
+    from sglang_fp32gemm import plugin
+
+    assert hasattr(M.MQALayer.__init__, "__wrapped__")
+    assert plugin.STATE["v41_targets"] == [
+        "sglang.srt.layers.attention.dsv4.dsv41_sparse.DeepseekV41Compressor.project",
+        "sglang.srt.layers.attention.dsv4.dsv41_sparse.DeepseekV41Compressor.project_fused"]
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("selection, routed", [
+    (dict(), True), (dict(kinds=frozenset({"v41"})), True), (dict(layers=frozenset({7})), True),
+    (dict(layers=frozenset(range(4))), False), (dict(kinds=frozenset({"hca"})), False),
+    (dict(exclude=frozenset(range(100001))), False)])
+def test_v41_compressor_gemms_obey_the_layer_file(v41, monkeypatch, fused, selection, routed):
+    from sglang_fp32gemm.layers import LayerSelection
+
+    n = 2 * V41_D if fused else V41_D
+    fake = ExactFake()
+    r = _enable(monkeypatch, make_router([fake], shapes=[(4, n, V41_K)], selection=LayerSelection(**selection)))
+    c = v41[fused]
+    x = rand_bf16(4, V41_K)
+    with torch.inference_mode():  # as SGLang serves; its nn.Linear weights require grad
+        kv, score = c.project(x)
+    weights = [c.wkv_gate.weight] if fused else [c.wkv.weight, c.wgate.weight]
+    full = torch.cat([kv, score], dim=-1) if fused else None
+    for i, w in enumerate(weights):
+        got = full if fused else (kv, score)[i]
+        assert_fp32_close(got.contiguous(), x, w)
+    calls = len(weights)
+    if routed:
+        assert r.counters() == {("fake", FAKE_KERNEL): calls}
+    else:
+        assert r.counters() == {("torch", "layer not selected"): calls} and fake.runs == 0
+
+
+def test_a_call_with_no_layer_is_not_routed_when_a_layer_file_is_set(sglang_plugins_loaded, monkeypatch, tmp_path):
+    import sglang.kernels.ops.gemm.bf16_fp32 as G
+
+    from sglang_fp32gemm.layers import load
+
+    f = tmp_path / "layers.txt"
+    f.write_text("kinds = hca, csa, indexer, fused, v41\n")
+    fake = ExactFake()
+    r = _enable(monkeypatch, make_router([fake], shapes=[(4, N, K)], selection=load(str(f))))
+    x, w = rand_bf16(4, K), rand_bf16(N, K)
+    assert_fp32_close(G.linear_bf16_fp32(x, w), x, w)  # a MoE gate, say: SGLang's own call
+    assert r.counters() == {("torch", "no compressor layer (a layer file is set)"): 1} and fake.runs == 0
+    # Without a layer file the table alone decides.
+    r = _enable(monkeypatch, make_router([fake], shapes=[(4, N, K)]))
+    assert_fp32_close(G.linear_bf16_fp32(x, w), x, w)
+    assert r.counters() == {("fake", FAKE_KERNEL): 1}
