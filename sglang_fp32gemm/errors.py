@@ -1,12 +1,38 @@
 """Errors that stop start-up with a message naming the file, line or variable."""
 
 import os
+import re
 import stat
 from pathlib import Path
 
+#: A quoted value longer than this is cut in the message (a 100 KB kernelName
+#: must not make a 200,000-character "one line" error).
+MAX_VALUE_CHARS = 200
+MAX_MESSAGE_CHARS = 1000
+_LONG_RUN = re.compile(r"\S{%d,}" % (MAX_VALUE_CHARS + 1))
+
+
+def shorten(msg: str) -> str:
+    """``msg`` with every run of more than MAX_VALUE_CHARS non-space characters cut in its middle,
+    and the whole kept under MAX_MESSAGE_CHARS; the file:line at its start always stays."""
+    keep = MAX_VALUE_CHARS // 2
+
+    def cut(m: "re.Match[str]") -> str:
+        v = m.group(0)
+        return f"{v[:keep]}...[{len(v) - 2 * keep} chars]...{v[-keep:]}"
+
+    msg = _LONG_RUN.sub(cut, msg)
+    if len(msg) > MAX_MESSAGE_CHARS:
+        half = MAX_MESSAGE_CHARS // 2
+        msg = f"{msg[:half]}...[{len(msg) - 2 * half} chars]...{msg[-half:]}"
+    return msg
+
 
 class ConfigError(ValueError):
-    """A setting, tuned table or layer file is wrong; the message says where."""
+    """A setting, tuned table or layer file is wrong; the message says where (and stays readable)."""
+
+    def __init__(self, msg: str = "") -> None:
+        super().__init__(shorten(str(msg)))
 
 
 #: Configuration files are small; a larger one is a wrong path, not a table.

@@ -41,6 +41,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
+from sglang_fp32gemm.backends.base import MAX_M
 from sglang_fp32gemm.errors import ConfigError, read_config_text
 
 logger = logging.getLogger(__name__)
@@ -121,6 +122,14 @@ def _parse_int(text: str, where: str, col: str, minimum: int = 0) -> int:
     return v
 
 
+def _parse_m(text: str, where: str) -> int:
+    m = _parse_int(text, where, "M", 1)
+    if m > MAX_M:
+        raise ConfigError(f"{where}: column 'M' is {m}; calls above M={MAX_M} are never looked up, "
+                          "so the row would never be used")
+    return m
+
+
 def _parse_float(text: str, where: str, col: str) -> float:
     try:
         v = float(text.strip())
@@ -168,6 +177,10 @@ def parse_csv(text: str, name: str) -> list[TunedRow]:
         f = {c: fields[i].strip() for c, i in idx.items()}
         if not f["gfx"]:
             raise ConfigError(f"{where}: column 'gfx' is empty")
+        if not _ARCH_RE.fullmatch(f["gfx"]):
+            # A row no device key can equal (sm_90, SM90, H200) would never be used.
+            raise ConfigError(f"{where}: column 'gfx' is {f['gfx']!r}, which no device has: expected gfx<hex> "
+                              "(ROCm, e.g. gfx950) or sm<digits> (CUDA, e.g. sm90)")
         for c in ("dtype", "outdtype"):
             if f[c] not in DTYPES:
                 raise ConfigError(f"{where}: column {c!r} must be one of {sorted(DTYPES)}, got {f[c]!r}")
@@ -176,7 +189,7 @@ def parse_csv(text: str, name: str) -> list[TunedRow]:
         row = TunedRow(
             gfx=f["gfx"],
             cu_num=_parse_int(f["cu_num"], where, "cu_num", 1),
-            M=_parse_int(f["M"], where, "M", 1),
+            M=_parse_m(f["M"], where),
             N=_parse_int(f["N"], where, "N", 1),
             K=_parse_int(f["K"], where, "K", 1),
             bias=_parse_bool(f["bias"], where, "bias"),
@@ -225,7 +238,9 @@ def packaged_tables() -> list[tuple[str, str]]:
     return out
 
 
-_DEVICE_KEY_RE = re.compile(r"(gfx[0-9a-f]+|sm[0-9]+):([1-9][0-9]{0,5})")
+_ARCH = r"gfx[0-9a-f]+|sm[0-9]+"
+_ARCH_RE = re.compile(_ARCH)
+_DEVICE_KEY_RE = re.compile(rf"({_ARCH}):([1-9][0-9]{{0,5}})")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -128,7 +128,7 @@ def test_enabled_config_errors_are_one_line_naming_file_line_or_variable(tmp_pat
     on = {S.ENABLE_VAR: "1"}
     assert _one_line_error({**on, S.DETERMINISTIC_VAR: "sometimes"}).startswith(f"{S.DETERMINISTIC_VAR}=")
     bad_csv = tmp_path / "bad.csv"
-    bad_csv.write_text(rows_csv([(1, 1024, K)]) + "fakegpu,4,2,1024\n")
+    bad_csv.write_text(rows_csv([(1, 1024, K)]) + "sm1,4,2,1024\n")
     assert _one_line_error({**on, S.CONFIG_VAR: str(bad_csv)}).startswith(f"{bad_csv}:3: 4 fields")
     bad_layers = tmp_path / "l.txt"
     bad_layers.write_text("layers = 1\nlayers = 3-\n")

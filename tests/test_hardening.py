@@ -179,3 +179,72 @@ def test_a_call_with_no_layer_is_not_routed_when_a_layer_file_is_set(sglang_plug
     r = _enable(monkeypatch, make_router([fake], shapes=[(4, N, K)]))
     assert_fp32_close(G.linear_bf16_fp32(x, w), x, w)
     assert r.counters() == {("fake", FAKE_KERNEL): 1}
+
+
+# -- 11: rows that can never be used are start-up errors naming file:line --------------------------------
+HEAD = ("gfx,cu_num,M,N,K,bias,dtype,outdtype,scaleAB,bpreshuffle,libtype,solidx,splitK,us,kernelName,"
+        "err_ratio,tflops,bw\n")
+
+
+def _row(gfx: str = "sm90", m: int = 4, kernel: str = "triton_epoch_fp32_bm16_bn64_bk64_sk16_w4_s4") -> str:
+    return (f"{gfx},132,{m},1024,7168,False,torch.bfloat16,torch.float32,False,False,triton,0,0,5.0,{kernel},"
+            "0.0,1.0,1.0\n")
+
+
+@pytest.mark.parametrize("row, what", [
+    (_row(m=257), "column 'M' is 257"), (_row(m=100000), "column 'M' is 100000"),
+    (_row(gfx="sm_90"), "'sm_90', which no device has"), (_row(gfx="SM90"), "'SM90', which no device has"),
+    (_row(gfx="H200"), "'H200', which no device has")])
+def test_rows_no_call_can_use_are_rejected_with_file_and_line(tmp_path, row, what):
+    from sglang_fp32gemm.errors import ConfigError
+    from sglang_fp32gemm.table import read_csv_file
+
+    f = tmp_path / "t.csv"
+    f.write_text(HEAD + _row() + row)
+    with pytest.raises(ConfigError) as e:
+        read_csv_file(f)
+    assert str(e.value).startswith(f"{f}:3: ") and what in str(e.value)
+
+
+# -- 14: a "one line" error stays readable whatever the input -----------------------------------------
+def test_a_huge_kernel_name_gives_a_short_one_line_error(tmp_path, monkeypatch):
+    from sglang_fp32gemm import config as config_mod
+    from sglang_fp32gemm import settings as S
+    from sglang_fp32gemm.backends import default_backends, parsers
+    from sglang_fp32gemm.errors import ConfigError
+
+    f = tmp_path / "huge.csv"
+    f.write_text(HEAD + _row(kernel="triton_epoch_fp32_" + "x" * 100_000))
+    env = {S.ENABLE_VAR: "1", S.CONFIG_VAR: str(f)}
+    with pytest.raises(ConfigError) as e:
+        config_mod.load(env, parsers=parsers(default_backends()))
+    msg = str(e.value)
+    assert msg.startswith(f"{f}:2: kernelName 'triton_epoch_fp32_xxx") and "\n" not in msg
+    assert len(msg) <= 1000 and "chars]..." in msg
+
+
+def test_a_huge_layer_file_line_gives_a_short_error(tmp_path):
+    from sglang_fp32gemm import layers
+    from sglang_fp32gemm.errors import ConfigError
+
+    f = tmp_path / "layers.txt"
+    f.write_text("layers = 1\n" + "y" * 50_000 + "\n")
+    with pytest.raises(ConfigError) as e:
+        layers.load(str(f))
+    assert str(e.value).startswith(f"{f}:2: expected 'key = value'") and len(str(e.value)) <= 1000
+
+
+# -- 13: the launch flag's help says what the tables route ----------------------------------------------
+def test_launch_flag_help_matches_the_tables():
+    import argparse
+
+    from sglang_fp32gemm import plugin
+    from sglang_fp32gemm.table import TunedTable
+
+    ap = argparse.ArgumentParser()
+    plugin._after_add_cli_args(None, ap)
+    text = ap.format_help().replace("\n", " ")
+    text = " ".join(text.split())
+    top = max(r.M for r in TunedTable.load().rows())
+    assert "M<=32" not in text and f"M up to {top}" in text
+    assert "CuTe-DSL" in text and "FlyDSL" in text

@@ -32,8 +32,9 @@ from sglang_fp32gemm.backends.base import MAX_M, OK, Backend
 from sglang_fp32gemm.routing import Router
 from sglang_fp32gemm.table import DeviceKey, TunedRow, TunedTable, format_rows, parse_csv
 
-FAKE_KEY = DeviceKey("fakegpu", 4)
-OTHER_KEY = DeviceKey("othergpu", 8)
+# Architectures no real device has (sm1, sm2), written the way a device key is.
+FAKE_KEY = DeviceKey("sm1", 4)
+OTHER_KEY = DeviceKey("sm2", 8)
 FAKE_KERNEL = "fake_splitk_kernel"
 OTHER_KERNEL = "fake_other_kernel"
 
