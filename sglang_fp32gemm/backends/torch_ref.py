@@ -1,4 +1,4 @@
-"""The fallback every routed call can take, and the float64 reference.
+"""The fallback every routed call can take (the float64 reference is ``exactness.reference``).
 
 ``mm_fp32`` is exactly SGLang's default ``linear_bf16_fp32`` path (cuBLAS or
 hipBLASLt through ``torch.mm(out_dtype=fp32)`` for bf16 CUDA tensors, an
@@ -19,19 +19,3 @@ def mm_fp32(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     if x.is_cuda and x.dtype == torch.bfloat16 and w.dtype == torch.bfloat16:
         return torch.mm(x, w.t(), out_dtype=torch.float32)
     return torch.mm(x.float(), w.float().t())
-
-
-def reference_fp64(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """The exact product of the given (rounded) inputs, in float64."""
-    return x.double() @ w.double().t()
-
-
-def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """||out - ref|| / ||ref|| in float64; inf for non-finite output."""
-    out = out.double()
-    if not bool(torch.isfinite(out).all()):
-        return float("inf")
-    denom = ref.double().norm()
-    if float(denom) == 0.0:
-        return float((out - ref.double()).norm())
-    return float((out - ref.double()).norm() / denom)
