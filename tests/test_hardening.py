@@ -248,3 +248,25 @@ def test_launch_flag_help_matches_the_tables():
     top = max(r.M for r in TunedTable.load().rows())
     assert "M<=32" not in text and f"M up to {top}" in text
     assert "CuTe-DSL" in text and "FlyDSL" in text
+
+
+V41_RELEASES = ("0.5.21", "0.5.22", "0.5.23")  # the releases that have dsv41_sparse
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_v41_compressor_is_named_and_selected_on_every_release_that_has_it(version):
+    from fakes.fake_backends import FAKE_KERNEL as KERNEL
+
+    proc = subprocess.run([sys.executable, str(TESTS_DIR / "fakes" / "v41_probe.py")], capture_output=True,
+                          text=True, timeout=600, env=release_env(version), cwd=str(REPO_ROOT))
+    rep = _report(proc)
+    assert rep["has_v41"] is (version in V41_RELEASES), rep
+    if not rep["has_v41"]:
+        assert rep["v41_targets"] == []
+        return
+    assert rep["errors"] == [] and rep["owner_init_hooked"], rep
+    assert [t.rsplit(".", 1)[1] for t in rep["v41_targets"]] == ["project", "project_fused"]
+    runs = rep["runs"]
+    assert all(run["rel"] <= 1e-5 for run in runs.values()), runs
+    assert runs["all"]["counters"] == runs["layer_7"]["counters"] == {f"fake|{KERNEL}": 2}
+    assert runs["layers_0_3"]["counters"] == runs["hca_only"]["counters"] == {"torch|layer not selected": 2}
