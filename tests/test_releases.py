@@ -52,6 +52,12 @@ EXPECTED = {
     "0.5.22": ("0.5.22-0.5.23", GEMM, WKV, True),
     "0.5.23": ("0.5.22-0.5.23", GEMM, WKV, True),
 }
+# The releases with DeepSeek-V4.1's compressor (dsv41_sparse), whose project()/project_fused() are hooked
+# to name the layer, and MQALayer.__init__ to give it its layer id.
+HAS_V41 = ("0.5.21", "0.5.22", "0.5.23")
+V41_HOOKS = ("sglang.srt.layers.attention.dsv4.dsv41_sparse.DeepseekV41Compressor.project",
+             "sglang.srt.layers.attention.dsv4.dsv41_sparse.DeepseekV41Compressor.project_fused",
+             "sglang.srt.models.deepseek_v4.MQALayer.__init__")
 # Modules that bind linear_bf16_fp32 with ``from ... import`` at import time (besides the compressor).
 LONGCAT = "sglang.srt.models.longcat_flash"
 DSV41 = "sglang.srt.layers.attention.dsv4.dsv41_sparse"
@@ -172,7 +178,8 @@ def test_release_layout_and_hooks(version, report):
     assert st["layer_targets"] == [f"{comp}.{m}" for m in methods]
     assert set(st["hooks"]) == {st["linear_target"], *st["layer_targets"],
                                 "sglang.srt.server_args.ServerArgs.add_cli_args",
-                                "sglang.srt.server_args.ServerArgs.from_cli_args"}
+                                "sglang.srt.server_args.ServerArgs.from_cli_args",
+                                *(V41_HOOKS if version in HAS_V41 else ())}
     assert report["linear_hooked"] and all(report["methods_hooked"].values())
     assert report["describe"][0] == f"SGLang {version}: release layout {family}"
 
