@@ -133,27 +133,26 @@ def _hook_gemms(hook: Callable, HookType: Any) -> None:
 
 
 def _hook_v41(hook: Callable, HookType: Any) -> None:
-    """DeepSeek-V4.1's ratio-2 compressor, on releases that have it: name its layer for the linear hook."""
+    """DeepSeek-V4.1's ratio-2 compressor, on releases that have it: name its layer for the linear hook.
+
+    Only where both the compressor and the model module that builds it (and names its layer) import:
+    without the model module no DeepSeek model can be served, and its import error is SGLang's
+    business (reported once, for the V4 compressor, where it is the plugin's).
+    """
     from sglang_fp32gemm import hooks
 
-    methods = []
-    for m in releases.V41_METHODS:
-        found, err = releases.lookup(f"{releases.V41_COMPRESSOR}.{m}")
-        if err is not None:
-            _error(f"DeepSeek-V4.1 compressor: SGLang's {err}; its GEMMs route without their layer")
+    targets = []
+    for dotted in [f"{releases.V41_COMPRESSOR}.{m}" for m in releases.V41_METHODS] + [releases.V41_OWNER_INIT]:
+        found, err = releases.lookup(dotted)
+        if not found:
+            if err is not None:
+                logger.info("sglang-fp32gemm: DeepSeek-V4.1 compressor not hooked: %s", err)
             return
-        if found:
-            methods.append(f"{releases.V41_COMPRESSOR}.{m}")
-    if not methods:
-        return  # a release without DeepSeek-V4.1
+        targets.append(dotted)
+    *methods, owner = targets
     for target in methods:
         hook(target, hooks.around_naming, HookType.AROUND)
-    found, err = releases.lookup(releases.V41_OWNER_INIT)
-    if found:
-        hook(releases.V41_OWNER_INIT, hooks.name_v41_layer, HookType.AFTER)
-    else:
-        _error(f"{err or releases.V41_OWNER_INIT + ' not found'}: DeepSeek-V4.1 compressor layers are named "
-               "without their layer id (-1)")
+    hook(owner, hooks.name_v41_layer, HookType.AFTER)
     STATE["v41_targets"] = methods
 
 

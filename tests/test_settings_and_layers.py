@@ -241,7 +241,7 @@ def test_layer_membership_is_a_binary_search_over_ranges():
 def test_kinds_select_only_those_kinds():
     s = _sel("kinds = HCA, indexer\n")
     assert s.kinds == frozenset({"hca", "indexer"})
-    assert [s.selects(LayerInfo(5, k)) for k in layers_mod.KINDS] == [True, False, True, False]
+    assert [s.selects(LayerInfo(5, k)) for k in layers_mod.KINDS] == [True, False, True, False, False]
 
 
 def test_exclude_wins_over_layers_and_kinds():
@@ -263,7 +263,8 @@ def test_exclude_alone_keeps_every_other_layer():
 def test_no_file_and_no_layer_context_select_everything(tmp_path):
     s = layers_mod.load(None)
     assert s.selects(LayerInfo(42, "fused")) and s.selects(None)
-    assert _sel("layers = 1").selects(None)  # plain linear_bf16_fp32 callers follow the table
+    # A layer file opts in only the compressor layers it selects: a call with no layer is on none.
+    assert not _sel("layers = 1").selects(None) and not _sel("kinds = hca, csa, indexer, fused, v41").selects(None)
 
 
 @pytest.mark.parametrize("ratio, indexer, fused, kind", [

@@ -161,7 +161,8 @@ def test_hooked_linear_returns_the_original_result_when_disabled_and_on_cpu(befo
     assert before["env_before"] == {"SGLANG_ENABLE_FLYDSL_FP32_GEMM": "1", "SGLANG_FLYDSL_FP32_GEMM_SOURCE": None}
     assert before["disabled_exact"]
     assert before["enabled_exact"]
-    assert before["counters"] == {"torch|cpu tensors": 1}
+    # The flag's layer file selects compressor layers: a plain call, with no layer, is on none of them.
+    assert before["counters"] == {"torch|no compressor layer (a layer file is set)": 1}
 
 
 def test_launch_flag_exports_the_environment(before):
@@ -190,12 +191,15 @@ _AFTER = r'''
 import json, os, sys, tempfile
 from sglang.srt.plugins import load_plugins
 load_plugins()
-rep = {"dsv41_preloaded": "sglang.srt.layers.attention.dsv4.dsv41_sparse" in sys.modules}
+# LongCat binds linear_bf16_fp32 by name and is not imported by the plugin (which imports dsv41_sparse).
+rep = {"longcat_preloaded": "sglang.srt.models.longcat_flash" in sys.modules}
+import sglang.srt.models.longcat_flash as L
 import sglang.kernels.ops.gemm.bf16_fp32 as G
 import sglang.srt.layers.attention.dsv4.dsv41_sparse as D
 import sglang.srt.layers.attention.dsv4.compressor as C
 rep["linear_hooked"] = hasattr(G.linear_bf16_fp32, "__wrapped__")
 rep["dsv41_bound"] = D.linear_bf16_fp32 is G.linear_bf16_fp32
+rep["longcat_bound"] = L.linear_bf16_fp32 is G.linear_bf16_fp32
 rep["compressor_bound"] = C.linear_bf16_fp32 is G.linear_bf16_fp32
 rep["wkv_hooked"] = hasattr(C.Compressor._compute_wkv_gate, "__wrapped__")
 from sglang.srt.server_args import prepare_server_args
@@ -222,8 +226,9 @@ def after():
 
 
 def test_bindings_imported_after_load_plugins_are_the_hooked_ones(after):
-    assert not after["dsv41_preloaded"]  # really imported afterwards
-    assert after["linear_hooked"] and after["dsv41_bound"] and after["compressor_bound"] and after["wkv_hooked"]
+    assert not after["longcat_preloaded"]  # really imported afterwards
+    assert after["linear_hooked"] and after["longcat_bound"] and after["dsv41_bound"] and after["compressor_bound"]
+    assert after["wkv_hooked"]
 
 
 def test_bad_layer_file_stops_argument_preparation_with_file_and_line(after):
