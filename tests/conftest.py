@@ -25,6 +25,7 @@ if str(TESTS_DIR) not in sys.path:
 from sglang_fp32gemm import routing  # noqa: E402
 from sglang_fp32gemm import settings as settings_mod  # noqa: E402
 from sglang_fp32gemm.errors import ConfigError  # noqa: E402
+from prefetch import PREFETCH, module_items  # noqa: E402
 
 _PLUGIN_VAR_PREFIXES = ("SGLANG_FLYDSL_FP32_GEMM_",)
 _PLUGIN_VARS = (settings_mod.ENABLE_VAR, settings_mod.SGLANG_DETERMINISTIC_VAR)
@@ -40,6 +41,20 @@ def _reset_plugin_state() -> None:
     except ConfigError:
         pass  # a test left a bad value; it is removed before the next reload
     routing.reset_router()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start each test module's slow subprocesses in the background (tests/prefetch.py)."""
+    if session.config.option.collectonly:
+        return
+    for mod, items in module_items(session.items).items():
+        hook = getattr(mod, "prefetch_subprocesses", None)
+        if hook is not None:
+            hook(items)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    PREFETCH.close()
 
 
 @pytest.fixture(autouse=True)
@@ -126,6 +141,24 @@ def sglang_plugins_loaded(sglang_available):
 
     assert plugin.STATE["registered"], plugin.STATE
     return plugin
+
+
+@pytest.fixture(scope="session")
+def gfx950_isa(tmp_path_factory) -> Callable[..., str]:
+    """``isa(kernel_name, n=1024, k=7168)``: the ISA text FlyDSL dumps for that config compiled for
+    gfx950 on this CPU, compiled once per session (the compile tests share compiles)."""
+    from sglang_fp32gemm.backends import flydsl_gfx950 as F
+
+    root = tmp_path_factory.mktemp("gfx950_isa")
+    texts: dict[tuple[str, int, int], str] = {}
+
+    def isa(name: str, n: int = 1024, k: int = 7168) -> str:
+        if (name, n, k) not in texts:
+            paths = F.compile_for_gfx950(F.FlyDSLConfig.parse(name), root / str(len(texts)), n=n, k=k)
+            texts[name, n, k] = paths[-1].read_text()
+        return texts[name, n, k]
+
+    return isa
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

@@ -25,6 +25,7 @@ import pytest
 
 from conftest import REPO_ROOT, TESTS_DIR, subprocess_env
 from fakes.fake_backends import FAKE_KERNEL, FAKE_KEY
+from prefetch import PREFETCH
 
 RELEASES_DIR = Path(os.environ.get("SGLANG_RELEASES_DIR", REPO_ROOT / ".sglang-releases"))
 NEWEST = "0.5.23"   # the one in .venv
@@ -106,6 +107,44 @@ def release_env(version: str, **extra: str) -> dict[str, str]:
     return env
 
 
+# -- the subprocesses, started in the background after collection (tests/prefetch.py) ------------------
+def _job(kind: str, version: str) -> tuple[tuple, list[str], dict]:
+    """(key, argv, keyword arguments) of one subprocess: the release probe, ``launch_server --help``, or
+    0.5.23 with an optional package missing. Skips the test if the release is not installed."""
+    if kind == "probe":
+        argv = [sys.executable, str(TESTS_DIR / "fakes" / "release_probe.py")]
+    elif kind == "help":
+        argv = [sys.executable, "-m", "sglang.launch_server", "--help"]
+    else:
+        argv, version = [sys.executable, "-c", _MISSING_PACKAGE], NEWEST
+    kw = {"env": release_env(version), "cwd": REPO_ROOT, "timeout": 600 if kind == "probe" else 300}
+    return ("releases", kind, version), argv, kw
+
+
+# Tests that read a subprocess other than the probe (which the ``report`` fixture reads).
+_TEST_JOB = {"test_release_launch_server_help_lists_the_flags": "help",
+             "test_an_unrelated_import_failure_is_reported_as_itself": "missing"}
+
+
+def prefetch_subprocesses(items) -> None:
+    """conftest's hook: start the subprocesses the selected tests of this module will read, in test order."""
+    for item in items:
+        kind = _TEST_JOB.get(item.originalname) or ("probe" if "report" in item.fixturenames else None)
+        if kind is None:
+            continue
+        callspec = getattr(item, "callspec", None)
+        try:
+            key, argv, kw = _job(kind, callspec.params["version"] if callspec else NEWEST)
+        except pytest.skip.Exception:
+            continue  # not installed: the test skips itself
+        PREFETCH.start(key, argv, **kw)
+
+
+def run_job(kind: str, version: str) -> subprocess.CompletedProcess:
+    key, argv, kw = _job(kind, version)
+    return PREFETCH.run(key, argv, **kw)
+
+
 _reports: dict[str, dict] = {}
 
 
@@ -114,8 +153,7 @@ def report(request):
     """The probe's report for this test's release (one subprocess per release per session)."""
     version = request.node.callspec.params["version"]
     if version not in _reports:
-        proc = subprocess.run([sys.executable, str(TESTS_DIR / "fakes" / "release_probe.py")], capture_output=True,
-                              text=True, timeout=600, env=release_env(version), cwd=str(REPO_ROOT))
+        proc = run_job("probe", version)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
         assert lines, f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
         _reports[version] = json.loads(lines[-1][len("REPORT "):])
@@ -262,8 +300,7 @@ def test_release_bad_layer_file_stops_argument_preparation_in_one_line(version, 
 
 @pytest.mark.parametrize("version", [p for p in RELEASES if p.values[0] != NEWEST])  # 0.5.23: test_sglang_integration
 def test_release_launch_server_help_lists_the_flags(version):
-    proc = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--help"], capture_output=True, text=True,
-                          timeout=300, env=release_env(version), cwd=str(REPO_ROOT))
+    proc = run_job("help", version)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "--enable-flydsl-fp32-gemm" in proc.stdout and "--flydsl-fp32-gemm-layers" in proc.stdout
     assert "sglang-fp32gemm plugin" in proc.stdout
@@ -309,8 +346,7 @@ print("REPORT " + json.dumps({"errors": plugin.STATE["errors"], "linear": plugin
 
 
 def test_an_unrelated_import_failure_is_reported_as_itself():
-    proc = subprocess.run([sys.executable, "-c", _MISSING_PACKAGE], capture_output=True, text=True, timeout=300,
-                          env=release_env(NEWEST), cwd=str(REPO_ROOT))
+    proc = run_job("missing", NEWEST)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
     assert lines, proc.stderr[-4000:]
     rep = json.loads(lines[-1][len("REPORT "):])
