@@ -169,8 +169,20 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def _python_job(script: str, args: tuple[str, ...], env: dict | None, cwd: str | os.PathLike | None):
+    return [sys.executable, "-c", script, *args], env or subprocess_env(), str(cwd or REPO_ROOT)
+
+
+def start_python(script: str, *args: str, timeout: float = 240, env: dict | None = None,
+                 cwd: str | os.PathLike | None = None) -> None:
+    """Queue ``run_python(script, *args, ...)`` in the background (from a module's
+    ``prefetch_subprocesses``; tests/prefetch.py): the test's run_python with the same arguments takes it."""
+    argv, env, cwd = _python_job(script, args, env, cwd)
+    PREFETCH.start(argv, env=env, cwd=cwd, timeout=timeout)
+
+
 def run_python(script: str, *args: str, timeout: float = 240, env: dict | None = None,
                cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
-    """Run ``script`` (source text) in a fresh interpreter of this venv."""
-    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
-                          timeout=timeout, env=env or subprocess_env(), cwd=cwd or str(REPO_ROOT))
+    """Run ``script`` (source text) in a fresh interpreter of this venv (or take its queued run)."""
+    argv, env, cwd = _python_job(script, args, env, cwd)
+    return PREFETCH.run(argv, env=env, cwd=cwd, timeout=timeout)

@@ -1,14 +1,18 @@
 """Slow subprocesses started in the background as soon as the session's tests are known.
 
 Most of the suite's time is fresh interpreters importing torch and SGLang
-(about 10 s each on two cores) while the test process waits with one core
-idle. A test module may define ``prefetch_subprocesses(items)``; conftest calls
-it once after collection with that module's selected items, and it calls
-``PREFETCH.start(key, argv, ...)`` for the subprocesses those tests will read.
-The test itself then calls ``PREFETCH.run(key, argv, ...)``: the prefetched
-result if one was started (waiting for it if needed), else it runs right then,
-so a test gets the same ``CompletedProcess`` either way. Each key runs at most
-once per session.
+(about 10 s each on two cores) while the test process waits with a core idle.
+A test module may define ``prefetch_subprocesses(items)``: conftest calls it
+once after collection with that module's selected items, and it queues the
+subprocesses those tests will run with ``PREFETCH.start(...)`` (or conftest's
+``start_python``). A test then calls ``PREFETCH.run(...)`` (or ``run_python``)
+with the same arguments: it takes the queued run's result, waiting for it if
+needed, or, where none was queued, runs the command right then. Either way the
+test gets the same ``CompletedProcess``. A queued run is taken once: a second
+identical call runs again.
+
+Queue only self-contained commands: a queued one runs before the test, so it
+must not read anything the test writes first.
 """
 
 from __future__ import annotations
@@ -18,36 +22,47 @@ import subprocess
 import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Sequence
+from typing import Hashable, Sequence
 
-# One core stays with the test process; at least one background runner.
-WORKERS = max(1, min(4, (os.cpu_count() or 2) - 1))
+# One runner per core: while the test process waits for a subprocess its core
+# is free, and a sglang-importing interpreter takes about 1 GB, so at most 4.
+WORKERS = max(1, min(4, os.cpu_count() or 1))
+# Set by pytest during each test, absent at collection: not part of a command's identity.
+_VOLATILE_ENV = ("PYTEST_CURRENT_TEST",)
+
+
+def job_key(argv: Sequence[str], env: dict[str, str], cwd: str | os.PathLike) -> Hashable:
+    """What identifies a command: its argv, environment and working folder."""
+    return (tuple(argv), tuple(sorted((k, v) for k, v in env.items() if k not in _VOLATILE_ENV)), str(cwd))
 
 
 class Prefetcher:
-    """A queue of subprocesses, run ``workers`` at a time in the order they were started."""
+    """A queue of subprocesses, run ``workers`` at a time in the order they were queued."""
 
     def __init__(self, workers: int = WORKERS) -> None:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prefetch")
-        self._futures: dict[object, Future] = {}
+        self._futures: dict[Hashable, Future] = {}
         self._running: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
         self._closed = False
 
-    def start(self, key: object, argv: Sequence[str], *, env: dict[str, str], cwd: str | os.PathLike,
-              timeout: float) -> None:
-        """Queue ``argv`` under ``key`` (a second start of the same key is ignored)."""
+    def start(self, argv: Sequence[str], *, env: dict[str, str], cwd: str | os.PathLike, timeout: float,
+              key: Hashable | None = None) -> None:
+        """Queue ``argv`` (once per ``key``, by default ``job_key(argv, env, cwd)``)."""
+        key = job_key(argv, env, cwd) if key is None else key
         with self._lock:
             if self._closed or key in self._futures:
                 return
             self._futures[key] = self._pool.submit(self._run, list(argv), env, str(cwd), timeout)
 
-    def run(self, key: object, argv: Sequence[str], *, env: dict[str, str], cwd: str | os.PathLike,
-            timeout: float) -> subprocess.CompletedProcess:
-        """The result for ``key``: the prefetched one, or ``argv`` run now. Raises what the run raised
-        (subprocess.TimeoutExpired after ``timeout`` seconds of the process's own run time)."""
+    def run(self, argv: Sequence[str], *, env: dict[str, str], cwd: str | os.PathLike, timeout: float,
+            key: Hashable | None = None) -> subprocess.CompletedProcess:
+        """The queued run's result for this command (taken once), or the command run now.
+
+        Raises what the run raised: subprocess.TimeoutExpired after ``timeout`` seconds of its own run."""
+        key = job_key(argv, env, cwd) if key is None else key
         with self._lock:
-            fut = self._futures.get(key)
+            fut = self._futures.pop(key, None)
         if fut is None:
             return self._run(list(argv), env, str(cwd), timeout)
         return fut.result()
@@ -57,14 +72,18 @@ class Prefetcher:
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
             with self._lock:
                 if self._closed:
-                    raise RuntimeError("prefetcher closed before this subprocess started")
-                proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True, env=env, cwd=cwd)
+                    raise RuntimeError("the session is over: subprocess not started")
+                proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True,
+                                        env=env, cwd=cwd)
                 self._running.add(proc)
             try:
                 rc = proc.wait(timeout)
-            except subprocess.TimeoutExpired:
+            except subprocess.TimeoutExpired as e:
                 proc.kill()
                 proc.wait()
+                out.seek(0)
+                err.seek(0)
+                e.stdout, e.stderr = out.read(), err.read()
                 raise
             finally:
                 with self._lock:
@@ -95,4 +114,3 @@ def module_items(items: Sequence) -> dict:
         if mod is not None:
             by_module.setdefault(mod, []).append(item)
     return by_module
-

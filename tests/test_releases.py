@@ -137,12 +137,12 @@ def prefetch_subprocesses(items) -> None:
             key, argv, kw = _job(kind, callspec.params["version"] if callspec else NEWEST)
         except pytest.skip.Exception:
             continue  # not installed: the test skips itself
-        PREFETCH.start(key, argv, **kw)
+        PREFETCH.start(argv, key=key, **kw)
 
 
 def run_job(kind: str, version: str) -> subprocess.CompletedProcess:
     key, argv, kw = _job(kind, version)
-    return PREFETCH.run(key, argv, **kw)
+    return PREFETCH.run(argv, key=key, **kw)
 
 
 _reports: dict[str, dict] = {}
