@@ -6,6 +6,9 @@ packages its import chain needs on top of .venv); 0.5.23 is the one in .venv.
 Each runs in a fresh interpreter (tests/fakes/release_probe.py) with that
 folder first on PYTHONPATH, then this worktree, so SGLang's own loader finds
 the plugin through its entry point and imports this worktree's package.
+These interpreters start in the background as soon as the session's tests are
+known (``prefetch_subprocesses`` below, tests/prefetch.py), so they run while
+earlier test modules do.
 
 By default only 0.5.23 and 0.5.20 run (setup_env.sh installs 0.5.20); the
 other releases carry the ``releases`` marker, deselected by default:
