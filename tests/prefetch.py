@@ -24,9 +24,9 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Hashable, Sequence
 
-# One runner per core: while the test process waits for a subprocess its core
-# is free, and a sglang-importing interpreter takes about 1 GB, so at most 4.
-WORKERS = max(1, min(4, os.cpu_count() or 1))
+# The cores the test process leaves free: more runners than cores only slow
+# each other down (torch's threads spin while they wait for a core).
+WORKERS = max(1, min(4, (os.cpu_count() or 2) - 1))
 # Set by pytest during each test, absent at collection: not part of a command's identity.
 _VOLATILE_ENV = ("PYTEST_CURRENT_TEST",)
 
