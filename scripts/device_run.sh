@@ -74,7 +74,7 @@ for b in backends.all_backends():
 
 step_gpu_tests() {
   mkdir -p "$OUT/tests"
-  timeout -k 5 120 python3 -m pytest -q -p no:cacheprovider tests/test_*gpu*.py > "$OUT/tests/pytest_gpu.txt" 2>&1
+  timeout -k 5 120 python3 -m pytest -q -p no:cacheprovider -n 0 tests/test_*gpu*.py > "$OUT/tests/pytest_gpu.txt" 2>&1
   echo "pytest rc=$?"; tail -n 8 "$OUT/tests/pytest_gpu.txt"
 }
 

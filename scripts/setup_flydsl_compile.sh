@@ -11,17 +11,27 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-.venv}"
 case "$VENV" in /*) ;; *) VENV="$REPO/$VENV" ;; esac
+# shellcheck source=scripts/steps.sh
+. "$REPO/scripts/steps.sh"
 FLYDSL_VERSION="0.4.2"
 LLD=/usr/lib/llvm-19/bin/ld.lld
 
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup_flydsl_compile: no venv at $VENV (set VENV)" >&2
+  exit 1
+fi
+
+install_lld() {
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends lld-19
+}
 if [ ! -x "$LLD" ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup_flydsl_compile: $LLD missing and not root; install lld-19" >&2
     exit 1
   fi
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends lld-19
+  step "lld-19 from Debian (apt-get)" install_lld
 fi
 
 LINK_DIR="$REPO/.flydsl-rocm"
@@ -29,14 +39,9 @@ mkdir -p "$LINK_DIR/llvm/bin"
 ln -sfn "$LLD" "$LINK_DIR/llvm/bin/ld.lld"
 [ -f "$LINK_DIR/.gitignore" ] || printf '*\n' > "$LINK_DIR/.gitignore"
 
-if [ ! -x "$VENV/bin/python" ]; then
-  echo "setup_flydsl_compile: no venv at $VENV (set VENV)" >&2
-  exit 1
-fi
 if ! "$VENV/bin/python" -c "import flydsl, sys; sys.exit(flydsl.__version__ != '$FLYDSL_VERSION')" 2>/dev/null; then
-  "$VENV/bin/python" -m pip install -q "flydsl==$FLYDSL_VERSION"
+  step "flydsl $FLYDSL_VERSION" venv_pip install "flydsl==$FLYDSL_VERSION"
 fi
 
-"$LINK_DIR/llvm/bin/ld.lld" --version | head -1
-"$VENV/bin/python" -c "import flydsl; print('flydsl', flydsl.__version__)"
-echo "ROCM_PATH for compile-only: $LINK_DIR"
+lld_version="$("$LINK_DIR/llvm/bin/ld.lld" --version | head -1)"
+echo "  flydsl $FLYDSL_VERSION and $lld_version; ROCM_PATH for compile-only: $LINK_DIR"

@@ -33,19 +33,25 @@ extras() {
   esac
 }
 
-pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
+# shellcheck source=scripts/steps.sh
+. scripts/steps.sh
+export VENV
+
+install_release() {  # version, requirement list
+  rm -rf "$DEST/$1"
+  # shellcheck disable=SC2086  # the requirement list is meant to split
+  venv_pip install --no-deps --no-warn-conflicts --target "$DEST/$1" $2
+  echo "$2" > "$DEST/$1/.stamp"
+}
+
 mkdir -p "$DEST"
 [ -f "$DEST/.gitignore" ] || printf '*\n' > "$DEST/.gitignore"
 for v in ${@:-$ALL}; do
   want="sglang==$v $(extras "$v")"
   dir="$DEST/$v"
   if [ -f "$dir/.stamp" ] && [ "$(cat "$dir/.stamp")" = "$want" ]; then
-    echo "sglang $v: present ($dir)"
+    echo "  sglang $v: already in $dir"
     continue
   fi
-  rm -rf "$dir"
-  # shellcheck disable=SC2086  # the requirement list is meant to split
-  pip install --no-deps --target "$dir" $want
-  echo "$want" > "$dir/.stamp"
-  echo "sglang $v: installed into $dir ($want)"
+  step "sglang $v into $dir ($want)" install_release "$v" "$want"
 done

@@ -145,6 +145,24 @@ def sglang_plugins_loaded(sglang_available):
     return plugin
 
 
+@pytest.fixture(scope="session")
+def gfx950_isa(tmp_path_factory) -> Callable[..., str]:
+    """``isa(kernel_name, n=1024, k=7168)``: the ISA text FlyDSL dumps for that config compiled for
+    gfx950 on this CPU, compiled once per session (the compile tests share compiles)."""
+    from sglang_fp32gemm.backends import flydsl_gfx950 as F
+
+    root = tmp_path_factory.mktemp("gfx950_isa")
+    texts: dict[tuple[str, int, int], str] = {}
+
+    def isa(name: str, n: int = 1024, k: int = 7168) -> str:
+        if (name, n, k) not in texts:
+            paths = F.compile_for_gfx950(F.FlyDSLConfig.parse(name), root / str(len(texts)), n=n, k=k)
+            texts[name, n, k] = paths[-1].read_text()
+        return texts[name, n, k]
+
+    return isa
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not _is_plugin_var(k) and k != "TRITON_INTERPRET"}
     env.setdefault("PYTHONUNBUFFERED", "1")

@@ -78,11 +78,11 @@ def _toolchain_missing():
 
 
 @pytest.mark.skipif(_toolchain_missing() is not None, reason=str(_toolchain_missing()))
-def test_compiled_symbol_follows_the_body(tmp_path, monkeypatch):
+def test_compiled_symbol_follows_the_body(tmp_path, monkeypatch, gfx950_isa):
     # The copy lives outside the repo: point it at the repo's ld.lld folder.
     monkeypatch.setenv("SGLANG_FP32GEMM_FLYDSL_ROCM_PATH", str(F.find_rocm_link_dir()))
     edited = _load_copy(tmp_path, "compile", BODY_EDIT)
-    a = F.inspect_isa(F.compile_for_gfx950(CFG, tmp_path / "a")[-1].read_text())
+    a = F.inspect_isa(gfx950_isa(CFG.name, 1024, 7168))  # the shipped source's compile, shared
     b = F.inspect_isa(edited.compile_for_gfx950(edited.FlyDSLConfig.parse(CFG.name), tmp_path / "b")[-1].read_text())
     assert a["kernel"] == F.tagged_kernel_name(CFG, 1024, 7168)
     assert b["kernel"] == edited.tagged_kernel_name(edited.FlyDSLConfig.parse(CFG.name), 1024, 7168)

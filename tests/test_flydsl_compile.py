@@ -4,7 +4,6 @@ Never runs the kernel (no AMD GPU here): it checks what the compiler emitted.
 """
 
 import importlib.util
-import shutil
 
 import pytest
 
@@ -25,13 +24,6 @@ _SOURCE, _ROWS = F.shipped_gfx950_rows()
 _CASES = sorted({(name, n, k) for _m, n, k, name in _ROWS})
 
 
-@pytest.fixture(scope="module")
-def isa_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("isa")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
 def test_rows_cover_dsv4_shapes():
     shapes = {(m, n, k) for m, n, k, _ in _ROWS}
     for n in (1024, 2560):
@@ -41,10 +33,9 @@ def test_rows_cover_dsv4_shapes():
 
 @needs_toolchain
 @pytest.mark.parametrize("name,n,k", _CASES, ids=[f"{F.FlyDSLConfig.parse(c[0]).short}-N{c[1]}" for c in _CASES])
-def test_compile_and_isa(name, n, k, isa_dir):
+def test_compile_and_isa(name, n, k, gfx950_isa):
     cfg = F.FlyDSLConfig.parse(name)
-    paths = F.compile_for_gfx950(cfg, isa_dir, n=n, k=k)
-    text = paths[-1].read_text()
+    text = gfx950_isa(name, n, k)
     facts = F.inspect_isa(text)
     assert F.isa_problems(facts, cfg, n, k) == []
     # The same checks spelled out, so a failure reads plainly.
@@ -61,10 +52,10 @@ def test_compile_and_isa(name, n, k, isa_dir):
 
 
 @needs_toolchain
-def test_ks1_uses_plain_fp32_stores(isa_dir):
+def test_ks1_uses_plain_fp32_stores(gfx950_isa):
     cfg = F.FlyDSLConfig.parse(
         "flydsl_hgemm_abf16_wbf16_fp32_t32x64x128x2_ks1_w2x4x1_bias0_ktail0_gm1_pft_gfx950")
-    facts = F.inspect_isa(F.compile_for_gfx950(cfg, isa_dir, n=1024, k=7168)[-1].read_text())
+    facts = F.inspect_isa(gfx950_isa(cfg.name, 1024, 7168))
     assert F.isa_problems(facts, cfg) == []
     assert facts["atomic_f32"] == 0 and facts["store_f32"] > 0
 
