@@ -12,7 +12,7 @@ float64 (rel. error, allclose atol 1e-2 / rtol 1e-4, output memory poisoned
 with NaN first).
 
 Modes (any combination; graph alone when none is named; they run in the
-order eager, decode, deterministic, graph, in one process so kernels compile
+order eager, decode, region, deterministic, graph, in one process so kernels compile
 once):
   --graph          isolated calls, M 1-32 and 40..128, N 512/1024/2048/2560, K 7168 and 4096
   --deterministic  the same with SGLANG_FLYDSL_FP32_GEMM_DETERMINISTIC=1 (M 1-32, K 7168 by
