@@ -16,7 +16,7 @@
 #                 backend column its tuned config. Nothing is written to configs/: commit
 #                 $OUT's tables there by hand if they are wanted.
 #   bench:MODES   python -m sglang_fp32gemm bench with MODES, a comma list of graph, det,
-#                 eager, decode (bench alone: graph) into $OUT/bench/, then the targets check
+#                 eager, decode, region (bench alone: graph) into $OUT/bench/, then the targets check
 #   fuzz          python -m sglang_fp32gemm fuzz into $OUT/bench/fuzz.json
 #   explain       python -m sglang_fp32gemm explain (plugin enabled) into $OUT/explain.txt
 #
@@ -104,7 +104,8 @@ step_bench() {
   for m in $(echo "${1:-graph}" | tr ',' ' '); do
     case $m in
       graph) flags+=" --graph" ;; det) flags+=" --deterministic" ;; eager) flags+=" --eager" ;;
-      decode) flags+=" --decode-seq" ;; *) echo "bench: unknown mode $m (graph, det, eager, decode)"; return 2 ;;
+      decode) flags+=" --decode-seq" ;; region) flags+=" --region" ;;
+      *) echo "bench: unknown mode $m (graph, det, eager, decode, region)"; return 2 ;;
     esac
   done
   local logarg=""

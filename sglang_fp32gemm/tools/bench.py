@@ -12,7 +12,7 @@ float64 (rel. error, allclose atol 1e-2 / rtol 1e-4, output memory poisoned
 with NaN first).
 
 Modes (any combination; graph alone when none is named; they run in the
-order eager, decode, deterministic, graph, in one process so kernels compile
+order eager, decode, region, deterministic, graph, in one process so kernels compile
 once):
   --graph          isolated calls, M 1-32 and 40..128, N 512/1024/2048/2560, K 7168 and 4096
   --deterministic  the same with SGLANG_FLYDSL_FP32_GEMM_DETERMINISTIC=1 (M 1-32, K 7168 by
@@ -25,8 +25,13 @@ once):
                    the fp32 call on x, bf16 linear N=512 on x; every layer its own weights), with
                    and without the fp32 call: what the call adds per layer; M 1/4/8/32,
                    N 1024/2560; a "+pdl" variant for each backend whose bind() takes pdl=True
+  --region         a model of SGLang's DeepSeek-V4 decode attention-prepare region (tools/region.py:
+                   main stream wqkv_a/q_b, the kv, compressor and indexer streams, every layer its
+                   own weights, one graph per step), overlapped and serial, --region-m M values: what
+                   the fp32 GEMMs add per layer with none/torch/routed/each backend/vLLM's ll_bf16;
+                   --region-model pro (61 layers, K 7168) and/or flash (43 layers, K 4096)
 
-Writes bench.json/.md/.png, bench_det.*, bench_eager.*, bench_decode.* under
+Writes bench.json/.md/.png, bench_det.*, bench_eager.*, bench_decode.*, bench_region.* under
 --out-dir with the versions and the exact command, and prints a compact
 summary last; the files are rewritten after every (N, K), and SIGTERM stops
 the run keeping what is finished. Progress goes to stderr.
@@ -38,6 +43,7 @@ targets.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import itertools
 import os
@@ -47,7 +53,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import torch
 
 from sglang_fp32gemm.tools import bench_report as report
-from sglang_fp32gemm.tools import common, timing
+from sglang_fp32gemm.tools import common, region, region_bench, timing
 from sglang_fp32gemm.tools.bench_measure import SEQ_N1, SEQ_N2, Bench, set_deterministic, tables_info
 from sglang_fp32gemm.tools.cli import Parser, parse_ints, positive_int
 from sglang_fp32gemm.tools.picks import Picks, table_jobs
@@ -67,6 +73,7 @@ class Shape(NamedTuple):
     n: int
     k: int
     fallback: bool = False  # eager mode: the plugin's fallback path, not the routed call
+    variant: str = ""       # region mode: the schedule
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +94,7 @@ class Mode:
     deterministic: bool = False
     plot: bool = False
     peers_by_k: bool = False   # backend columns only where K is in --peer-k
+    gemm_shapes: Optional[Callable[[Any], list[tuple[int, int, int]]]] = None  # precompile; default: shapes
 
 
 def _us_line(r: dict) -> str:
@@ -134,9 +142,35 @@ MODES = (  # the run order: eager and decode first, so a cut-short run still has
                         + " ".join(f"{c}={v}" for c, v in r["add_per_layer_us"].items()),
          markdown=report.markdown_decode, summary=report.summary_decode,
          extra=lambda a: {"layers": a.layers}),
+    Mode("region", "region", "bench_region", "region",
+         shapes=lambda a: [Shape(m, 0, region.MODELS[name].hidden, variant=sched)
+                           for name in a.region_model for m in a.region_m for sched in a.region_schedule],
+         prepare=lambda bench, a, n, k: region_bench.prepare(bench, _region_spec(a, k), peer=a.region_peer),
+         measure=lambda bench, a, s, ctx: region_bench.measure(bench, ctx, s.m, s.variant, a.region_replays),
+         line=region_bench.line, markdown=region_bench.markdown, summary=region_bench.summary,
+         extra=lambda a: {"models": {n: region_bench.spec_info(region.MODELS[n]) for n in a.region_model},
+                          "replays": a.region_replays},
+         gemm_shapes=lambda a: [(m, n, k) for name in a.region_model for m in a.region_m
+                                for n, k in region.fp32_shapes(region.MODELS[name])]),
     _graph_mode("det", "deterministic", "bench_det", "deterministic", "Deterministic setting", True),
     _graph_mode("graph", "graph", "bench", "graph", "Isolated calls", False),
 )
+
+
+def _region_spec(args, k: int) -> "region.ModelSpec":
+    # region shapes carry the model's hidden size as K: the models differ in it
+    return next(region.MODELS[n] for n in args.region_model if region.MODELS[n].hidden == k)
+
+
+def _names(choices: tuple[str, ...], what: str) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        names = [t.strip() for t in text.split(",") if t.strip()]
+        bad = [t for t in names if t not in choices]
+        if bad or not names:
+            raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(bad) or repr(text)} "
+                                             f"(one or more of {', '.join(choices)}, comma-separated)")
+        return list(dict.fromkeys(names))
+    return parse
 
 
 def selected_modes(args) -> list[Mode]:
@@ -147,7 +181,8 @@ def selected_modes(args) -> list[Mode]:
 def precompile_jobs(modes: list[Mode], args, bench: Bench, picks: Picks) -> list:
     jobs = []
     for mode in modes:
-        shapes = [(s.m, s.n, s.k) for s in mode.shapes(args) if not s.fallback]
+        shapes = (mode.gemm_shapes(args) if mode.gemm_shapes else
+                  [(s.m, s.n, s.k) for s in mode.shapes(args) if not s.fallback])
         jobs += picks.jobs([s for s in shapes if not mode.peers_by_k or s[2] in args.peer_k_set], bench.backends)
         try:  # the kernels the routed column will run; best effort
             from sglang_fp32gemm.table import device_key
@@ -209,6 +244,16 @@ def parser() -> Parser:
     ap.add_argument("--deterministic", action="store_true", help="the routed call with the deterministic setting")
     ap.add_argument("--eager", action="store_true", help="host wall time per call, no graphs; the fallback path")
     ap.add_argument("--decode-seq", action="store_true", help="61-layer decode step per graph, with/without the call")
+    ap.add_argument("--region", action="store_true", help="the DSv4 decode attention-prepare region model")
+    ap.add_argument("--region-model", type=_names(tuple(region.MODELS), "model"), default=["pro"],
+                    help="pro (V4-Pro: 61 layers, K 7168) and/or flash (V4-Flash: 43 layers, K 4096), e.g. pro,flash")
+    ap.add_argument("--region-m", type=parse_ints, default=parse_ints(region_bench.DEFAULT_M),
+                    help=f"region M values, ranges allowed (default {region_bench.DEFAULT_M})")
+    ap.add_argument("--region-schedule", type=_names(region.SCHEDULES, "schedule"), default=list(region.SCHEDULES),
+                    help="overlapped (SGLang's side streams) and/or serial (one stream)")
+    ap.add_argument("--region-replays", type=positive_int, default=20)
+    ap.add_argument("--no-region-peer", dest="region_peer", action="store_false",
+                    help="leave out vLLM's ll_bf16 column even where it is importable")
     ap.add_argument("--m", type=parse_ints, default=parse_ints(GRAPH_M),
                     help=f"graph-mode M values, ranges allowed, e.g. 1-32,40-128:8 (default {GRAPH_M})")
     ap.add_argument("--n", type=positive_int, nargs="+", default=list(common.N_DSV4))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -76,8 +76,13 @@ def _replay_median_us(graph: "torch.cuda.CUDAGraph", replays: int) -> float:
     return statistics.median(times)
 
 
-def time_step_us(step: Callable[[], Sequence[torch.Tensor]], replays: int = 20):
-    """(median us per replay, the step's outputs after the last replay) for one graph of ``step``."""
+def time_step_us(step: Callable[[], Sequence[torch.Tensor]], replays: int = 20,
+                 before_capture: Optional[Callable[[], None]] = None):
+    """(median us per replay, the step's outputs after the last replay) for one graph of ``step``.
+
+    ``before_capture`` runs after the eager warm-up, just before capture (e.g. to reset counters
+    so that they count the captured calls alone).
+    """
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -85,6 +90,8 @@ def time_step_us(step: Callable[[], Sequence[torch.Tensor]], replays: int = 20):
             step()
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
+    if before_capture is not None:
+        before_capture()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
         outs = step()
@@ -118,8 +125,9 @@ class CudaTimer:
     def per_call(self, fn: Fn, x: torch.Tensor, weights: list[torch.Tensor], replays: int = 15) -> float:
         return time_per_call_us(fn, x, weights, replays=replays)
 
-    def step(self, step: Callable[[], Sequence[torch.Tensor]], replays: int = 20):
-        return time_step_us(step, replays)
+    def step(self, step: Callable[[], Sequence[torch.Tensor]], replays: int = 20,
+             before_capture: Optional[Callable[[], None]] = None):
+        return time_step_us(step, replays, before_capture)
 
     def eager(self, fn: Fn, x: torch.Tensor, weights: list[torch.Tensor], calls: int = 1000) -> tuple[float, float]:
         return eager_us(fn, x, weights, calls)

@@ -1,0 +1,217 @@
+"""``bench --region``: time the region model (tools/region.py) with each fp32 GEMM in turn.
+
+Per (model, M, schedule), one CUDA graph per step (tools/timing.py: warm-up, capture,
+median of replays), for each fp32 mode: ``none`` (the GEMMs removed; timed first and last,
+the mean is the base), ``torch`` (torch.mm out_dtype fp32), ``routed``
+(``routing.linear_bf16_fp32``), each available backend alone at its tuned config for every
+fp32 shape (``Bench.columns``), and vLLM's ll_bf16 at the best config of a small sweep
+when importable (tools/vllm_peer.py). Added per layer = (step - base) / layers. Every fp32
+output of the last replay is checked against float64 (``exactness``). In ``routed`` mode the
+router's counters, reset after the eager warm-up and read after capture, must show every
+captured call on the kernel the table names for its shape (``route_check``).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any, Optional
+
+import torch
+
+from sglang_fp32gemm import exactness
+from sglang_fp32gemm.tools import bench_report as report
+from sglang_fp32gemm.tools import region, vllm_peer
+
+DEFAULT_M = "1,2,4,8,16,32,64"
+PEER = "vllm_ll"
+
+
+@dataclasses.dataclass
+class Ctx:
+    """One model's weights, streams and peer, made once for every M, schedule and mode."""
+
+    spec: region.ModelSpec
+    plans: dict[str, list]
+    weights: list
+    streams: region.Streams
+    peer: Optional[vllm_peer.VllmLL]
+    peer_why: str
+    sweep_weights: dict = dataclasses.field(default_factory=dict)
+
+
+def prepare(bench, spec: region.ModelSpec, peer: bool = True) -> Ctx:
+    dev = bench.device
+    p, why = vllm_peer.load() if peer and dev.type == "cuda" else (None, "not asked" if not peer else "no CUDA")
+    return Ctx(spec, {s: region.plan(spec, s) for s in region.SCHEDULES}, region.make_weights(spec, dev),
+               region.Streams(dev), p, why)
+
+
+def spec_info(spec: region.ModelSpec) -> dict:
+    r = spec.compress_ratios
+    return {**dataclasses.asdict(spec), "layers": spec.layers, "hca": r.count(128), "csa": r.count(4),
+            "swa": r.count(0), "fp32_shapes": region.fp32_shapes(spec), "fp32_calls": region.fp32_calls(spec)}
+
+
+def _fp32_modes(bench, ctx: Ctx, m: int, rec: dict) -> dict[str, Any]:
+    shapes = region.fp32_shapes(ctx.spec)
+    modes: dict[str, Any] = {"none": None, "torch": {n: bench.torch_fn for n, _ in shapes},
+                             "routed": {n: bench.routed for n, _ in shapes}}
+    cols: dict[str, dict] = collections.defaultdict(dict)
+    for n, k in shapes:
+        found, notes = bench.columns(m, n, k)
+        for name, fn, kernel, source in found:
+            cols[name][n] = (fn, kernel, source)
+        for name, why in notes.items():
+            rec["note"][f"{name}@N={n}"] = why
+    for name, per_n in cols.items():
+        if len(per_n) == len(shapes):
+            modes[name] = {n: fn for n, (fn, _, _) in per_n.items()}
+            rec["kernel"][name] = {str(n): f"{kern} ({src})" for n, (_, kern, src) in per_n.items()}
+        else:
+            rec["note"][name] = "takes only N=" + ",".join(str(n) for n in per_n) + ": no region column"
+    if ctx.peer is None:
+        rec["note"][PEER] = ctx.peer_why
+        return modes
+    fns = {}
+    for n, k in shapes:
+        if n not in ctx.sweep_weights:
+            ctx.sweep_weights[n] = bench.timer.weights(n, k, bench.device)
+        cfg, fn, sweep = ctx.peer.pick(m, n, k, bench.timer, ctx.sweep_weights[n], bench.device, bench.replays)
+        rec.setdefault("peer_sweep", {})[str(n)] = sweep
+        if fn is None:
+            rec["note"][PEER] = f"no exact config at N={n}"
+            return modes
+        fns[n] = fn
+        rec["kernel"].setdefault(PEER, {})[str(n)] = f"{cfg} (best of the sweep, isolated)"
+    modes[PEER] = fns
+    return modes
+
+
+def _route_check(ctx: Ctx, x: torch.Tensor, counted: dict) -> dict:
+    """Did every captured routed call run the kernel the table names for its shape?"""
+    from sglang_fp32gemm import routing
+
+    router = routing.get_router()
+    expected: collections.Counter = collections.Counter()
+    table: dict[str, str] = {}
+    ok = True
+    for steps, w in zip(ctx.plans["serial"], ctx.weights):
+        for s in steps:
+            if s.kind != region.GEMM_FP32:
+                continue
+            e = router.decide(x, w[s.name])
+            expected[e.key] += 1
+            named = e.row.kernelName if e.row is not None else None
+            table[str(s.n)] = f"{e.route}:{e.detail}"
+            ok = ok and (named is None or (e.run is not None and e.detail == named))
+    exp = {f"{r}:{d}": c for (r, d), c in expected.items()}
+    got = {f"{r}:{d}": c for (r, d), c in counted.items()}
+    return {"ok": ok and exp == got, "expected": exp, "counted": got, "table": table}
+
+
+def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int) -> dict:
+    from sglang_fp32gemm import routing
+
+    spec = ctx.spec
+    x = exactness.random_bf16(m, spec.hidden, device=bench.device)
+    L = spec.layers
+    rec: dict[str, Any] = {"model": spec.name, "M": m, "N": "/".join(str(n) for n, _ in region.fp32_shapes(spec)),
+                           "K": spec.hidden, "schedule": schedule, "layers": L, "step_us": {},
+                           "add_per_layer_us": {}, "rel_err": {}, "allclose": {}, "kernel": {}, "note": {}}
+    if schedule == "overlapped" and m > region.MULTI_STREAM_BS_LIMIT_HOPPER:
+        rec["note"]["schedule"] = f"SGLang runs M > {region.MULTI_STREAM_BS_LIMIT_HOPPER} serially on Hopper"
+    modes = _fp32_modes(bench, ctx, m, rec)
+    holder: dict = {}
+    placeholders = {n: torch.zeros(m, n, device=bench.device) for n, _ in region.fp32_shapes(spec)}
+
+    def step_of(gemm):
+        def step():
+            fp32, where, keep = region.run_layers(ctx.plans[schedule], ctx.weights, x, gemm, ctx.streams,
+                                                  placeholders)
+            holder.update(where=where, keep=keep)  # alive until the capture ends
+            return fp32
+        return step
+
+    def timed(name: str, gemm, before=None) -> Optional[tuple[float, list]]:
+        try:
+            return bench.timer.step(step_of(gemm), replays, before_capture=before)
+        except Exception as e:  # one failing mode is a note, not the end of the run
+            rec["note"][name] = f"raised {type(e).__name__}: {str(e)[:200]}"
+            return None
+
+    bases = [timed("none", None)]
+    for name, gemm in modes.items():
+        if gemm is None:
+            continue
+        router = routing.get_router()
+        got = timed(name, gemm, router.reset_counters if name == "routed" else None)
+        if got is None:
+            continue
+        if name == "routed":
+            rec["route_check"] = _route_check(ctx, x, router.counters())
+        t, outs = got
+        rec["step_us"][name] = round(t, 2)
+        worst, close = 0.0, True
+        for o, (layer, op) in zip(outs, holder["where"]):
+            r = exactness.measure(o, exactness.reference(x, ctx.weights[layer][op]))
+            worst, close = max(worst, r.rel_err), close and r.ok
+        rec["rel_err"][name], rec["allclose"][name] = worst, close
+        holder.clear()
+    bases.append(timed("none", None))
+    holder.clear()
+    if None in bases:
+        return rec
+    rec["base_step_us"] = [round(b[0], 2) for b in bases]
+    base = sum(b[0] for b in bases) / 2
+    rec["step_us"] = {"none": round(base, 2), **rec["step_us"]}
+    for name, t in rec["step_us"].items():
+        if name != "none":
+            rec["add_per_layer_us"][name] = round((t - base) / L, 3)
+    return rec
+
+
+# -- what is written and printed ---------------------------------------------------------------
+def line(r: dict) -> str:
+    adds = " ".join(f"{c}={v:.2f}" for c, v in r["add_per_layer_us"].items())
+    chk = r.get("route_check", {}).get("ok")
+    return (f"{r['model']} M={r['M']} {r['schedule']} base {r['step_us'].get('none', '-')} us; added per layer: "
+            f"{adds}" + ("" if chk is None else f"; routed as the table says: {chk}"))
+
+
+def markdown(results: list[dict]) -> str:
+    cols = report.col_names([{"us": r["add_per_layer_us"]} for r in results], ("torch", "routed"))
+    lines = ["# Region: what the fp32 GEMMs add per decode layer (us)", "",
+             "A model of SGLang 0.5.23's DeepSeek-V4 decode attention-prepare region (docs/benchmarks/README.md): "
+             "every layer its own weights, one CUDA graph per step; added per layer = (step - step without the "
+             "fp32 GEMMs) / layers. Overlapped: SGLang's side streams (bs <= 64 on Hopper); serial: one stream.", "",
+             "| model | M | schedule | base step us | " + " | ".join(cols) + " | routed as the table says |",
+             "|" + "---|" * (len(cols) + 5)]
+    for r in results:
+        chk = r.get("route_check", {}).get("ok")
+        lines.append(f"| {r['model']} | {r['M']} | {r['schedule']} | {report.fmt(r['step_us'].get('none'))} | "
+                     + " | ".join(report.fmt(r["add_per_layer_us"].get(c), 2) for c in cols)
+                     + f" | {'-' if chk is None else chk} |")
+    kernels: dict[str, set] = {}
+    for r in results:
+        for c, per_n in r.get("kernel", {}).items():
+            kernels.setdefault(c, set()).update(f"N={n}: {k}" for n, k in per_n.items())
+    if kernels:
+        lines += ["", "Columns ran these kernels:", ""]
+        lines += [f"- {c}: " + "; ".join(sorted(ks)[:8]) for c, ks in kernels.items()]
+    notes = {f"{c}: {v}" for r in results for c, v in r["note"].items() if c != "schedule"}
+    if notes:
+        lines += ["", "Notes:", ""] + [f"- {n}" for n in sorted(notes)[:20]]
+    return "\n".join(lines) + "\n"
+
+
+def summary(results: list[dict]) -> list[str]:
+    out = ["== region: us the fp32 GEMMs add per layer (step minus the step without them, / layers)"]
+    out += ["  " + line(r) for r in results]
+    bad = [f"{r['model']} M={r['M']} {r['schedule']}" for r in results
+           if r.get("route_check") is not None and not r["route_check"]["ok"]]
+    checked = sum(1 for r in results if r.get("route_check") is not None)
+    out.append(f"route check: {checked - len(bad)}/{checked} routed steps ran the table's kernels"
+               + (f"; FAILED: {', '.join(bad[:6])}" if bad else ""))
+    out.append(report.precision_line(results))
+    return out

@@ -1,0 +1,108 @@
+"""vLLM's CuTe-DSL ``ll_bf16`` GEMM as a measurement peer, at its best config from a small sweep.
+
+It is importable only where ``../shared/tools/vllm_ll_carry.sh`` unpacked it (with the CUTLASS
+DSL): ``from vllm.model_executor.kernels.linear.cute_dsl.ll_bf16 import LLBf16Gemm``. Its
+defaults are tuned for router shapes (N 256/384), so each shape sweeps a handful of configs
+(dot-product kernel block sizes for M <= 4; split-K x pipeline stages) by isolated time, and
+keeps the fastest whose result is exact. Never part of the plugin: a column in ``bench``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Optional
+
+import torch
+
+from sglang_fp32gemm import exactness
+
+logger = logging.getLogger(__name__)
+
+MODULE = "vllm.model_executor.kernels.linear.cute_dsl.ll_bf16"
+DOTPROD_MAX_M = 4
+DOTPROD_BS = (128, 256)
+SPLITK = ((2, 4), (2, 6), (4, 4), (6, 4), (8, 4))  # (split_k, num_stages)
+
+Fn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def load() -> tuple[Optional["VllmLL"], str]:
+    """(the peer, "ok") or (None, why it is absent)."""
+    try:
+        import importlib
+
+        mod = importlib.import_module(MODULE)
+        from cuda.bindings.driver import CUstream  # noqa: F401  (the launch needs it)
+    except Exception as e:
+        return None, f"{MODULE} not importable ({type(e).__name__}: {str(e)[:160]}); carry it with vllm_ll_carry.sh"
+    return VllmLL(mod.LLBf16Gemm()), "ok"
+
+
+def _stream():
+    from cuda.bindings.driver import CUstream
+
+    return CUstream(torch.cuda.current_stream().cuda_stream)
+
+
+def _cached(cache: dict, prefix: tuple):
+    # vLLM versions differ in the cache key's tail (0.33 adds the output dtype): match the head.
+    for key, kern in cache.items():
+        if tuple(key[:len(prefix)]) == prefix:
+            return kern
+    raise KeyError(f"no compiled ll_bf16 kernel for {prefix}")
+
+
+class VllmLL:
+    def __init__(self, gemm) -> None:
+        self.g = gemm
+        self.picked: dict[tuple[int, int, int], tuple[str, Fn]] = {}
+
+    @staticmethod
+    def configs(m: int) -> list[str]:
+        dot = [f"dotprod_bs{bs}" for bs in DOTPROD_BS] if m <= DOTPROD_MAX_M else []
+        return dot + [f"splitk_{sk}x{ns}" for sk, ns in SPLITK]
+
+    def fn(self, cfg: str, m: int, k: int) -> Fn:
+        """The kernel of ``cfg`` (compiled on first use) as fn(x, w) -> fp32 out."""
+        if cfg.startswith("dotprod_bs"):
+            bs = int(cfg[len("dotprod_bs"):])
+            self.g.compile(self.g.CompileKey(backend="dotprod", M=m, K=k, bs=bs))
+            kern = _cached(self.g._compiled_cache, (m, k, bs))
+
+            def dot(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+                out = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32, device=x.device)
+                kern(x, w, out, w.shape[0], _stream())
+                return out
+            return dot
+        sk, ns = (int(v) for v in cfg[len("splitk_"):].split("x"))
+        self.g.compile(self.g.CompileKey(backend="splitk", split_k=sk, num_stages=ns))
+        kern = _cached(self.g._splitk_cache, (sk, ns))
+
+        def splitk(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            out = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32, device=x.device)
+            kern(x, w, out, _stream(), 1.0)
+            return out
+        return splitk
+
+    def pick(self, m: int, n: int, k: int, timer, weights: list[torch.Tensor], device,
+             replays: int = 15) -> tuple[Optional[str], Optional[Fn], dict]:
+        """(config, fn, {config: isolated us or why not}) for the fastest exact config of the sweep."""
+        if (m, n, k) in self.picked:
+            cfg, fn = self.picked[(m, n, k)]
+            return cfg, fn, {}
+        x = exactness.random_bf16(m, k, device=device)
+        sweep: dict = {}
+        for cfg in self.configs(m):
+            try:
+                fn = self.fn(cfg, m, k)
+                sweep[cfg] = round(timer.per_call(fn, x, weights, replays=replays), 3)
+            except Exception as e:
+                sweep[cfg] = f"{type(e).__name__}: {str(e)[:120]}"
+        for cfg in sorted((c for c, v in sweep.items() if isinstance(v, float)), key=lambda c: sweep[c]):
+            fn = self.fn(cfg, m, k)
+            c = exactness.check(fn, device, m, n, k)
+            if c.ok:
+                self.picked[(m, n, k)] = (cfg, fn)
+                return cfg, fn, sweep
+            sweep[cfg] = f"not exact: {c.detail[:120]}"
+        return None, None, sweep

@@ -1,0 +1,234 @@
+"""bench --region on CPU: the region model's plan as data, one eager run of it, the bench mode.
+
+The plan must say what SGLang 0.5.23's DeepSeek-V4 decode attention-prepare region runs
+(tools/region.py's docstring names the functions): which GEMMs, of which shapes, on which
+stream, in which order, with which waits; the eager run must give fp32 outputs that are exact
+by ``exactness``; ``bench --region`` must time every mode, check the routed kernels through the
+router's counters and write its files. No GPU: streams are no-ops, a fake timer stands in.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fakes.fake_backends import FAKE_KERNEL, ExactFake, FakeCfg, make_router
+from sglang_fp32gemm import exactness, routing
+from sglang_fp32gemm.backends import torch_ref
+from sglang_fp32gemm.tools import bench, region
+
+B, F = region.GEMM_BF16, region.GEMM_FP32
+MAIN, KV, COMP, IDX, IDX_Q, IDX_W = region.MAIN, region.KV, region.COMPRESSOR, region.INDEXER, \
+    region.INDEXER_Q, region.INDEXER_WEIGHTS
+
+
+# -- the plan ------------------------------------------------------------------------------------
+def test_models_layer_counts_ratios_and_k():
+    pro, flash = region.MODELS["pro"], region.MODELS["flash"]
+    assert (pro.layers, pro.hidden, flash.layers, flash.hidden) == (61, 7168, 43, 4096)
+    assert pro.compress_ratios[:6] == (128, 128, 4, 128, 4, 128) and pro.compress_ratios[-1] == 4
+    assert (pro.compress_ratios.count(128), pro.compress_ratios.count(4)) == (31, 30)
+    assert flash.compress_ratios[:5] == (0, 0, 4, 128, 4) and flash.compress_ratios[-2:] == (128, 4)
+    assert [flash.compress_ratios.count(r) for r in (0, 4, 128)] == [2, 21, 20]
+    assert region.fp32_shapes(pro) == [(512, 7168), (1024, 7168), (2048, 7168)]
+    assert region.fp32_shapes(flash) == [(512, 4096), (1024, 4096), (2048, 4096)]
+    assert region.fp32_calls(pro) == 31 + 2 * 30 and region.fp32_calls(flash) == 20 + 2 * 21
+
+
+def test_pro_gemms_of_an_hca_and_a_csa_layer():
+    pro = region.MODELS["pro"]
+    assert region.gemms(region.layer_plan(pro, 0, "overlapped")) == [
+        ("wqkv_a", B, MAIN, 1536 + 512, 7168),
+        ("compressor.wkv_gate", F, COMP, 1024, 7168),
+        ("q_b", B, MAIN, 128 // 8 * 512, 1536),
+    ]
+    assert region.gemms(region.layer_plan(pro, 2, "overlapped")) == [
+        ("wqkv_a", B, MAIN, 2048, 7168),
+        ("indexer.compressor.wkv_gate", F, IDX, 512, 7168),
+        ("indexer.weights_proj", B, IDX_W, 64, 7168),
+        ("indexer.wq_b", B, IDX_Q, 64 * 128, 1536),
+        ("compressor.wkv_gate", F, COMP, 2048, 7168),
+        ("q_b", B, MAIN, 8192, 1536),
+    ]
+    # serial (_forward_prepare's order): the q path, the indexer, the compressor; one stream
+    assert region.gemms(region.layer_plan(pro, 2, "serial")) == [
+        ("wqkv_a", B, MAIN, 2048, 7168), ("q_b", B, MAIN, 8192, 1536),
+        ("indexer.weights_proj", B, MAIN, 64, 7168), ("indexer.wq_b", B, MAIN, 8192, 1536),
+        ("indexer.compressor.wkv_gate", F, MAIN, 512, 7168), ("compressor.wkv_gate", F, MAIN, 2048, 7168),
+    ]
+
+
+def test_flash_gemms_sliding_window_csa_and_hca_layers():
+    flash = region.MODELS["flash"]
+    assert region.gemms(region.layer_plan(flash, 0, "overlapped")) == [
+        ("wqkv_a", B, MAIN, 1024 + 512, 4096), ("q_b", B, MAIN, 64 // 8 * 512, 1024)]
+    fp32 = [(g[0], g[3], g[4]) for i in (2, 3) for g in region.gemms(region.layer_plan(flash, i, "serial"))
+            if g[1] == F]
+    assert fp32 == [("indexer.compressor.wkv_gate", 512, 4096), ("compressor.wkv_gate", 2048, 4096),
+                    ("compressor.wkv_gate", 1024, 4096)]
+
+
+def _order(steps):
+    return [(s.kind, s.stream, s.name) for s in steps]
+
+
+def test_overlapped_waits_and_joins_follow_sglang():
+    steps = _order(region.layer_plan(region.MODELS["pro"], 2, "overlapped"))
+    pos = {t: i for i, t in enumerate(steps)}
+    ws, rec, we = region.WAIT_STREAM, region.RECORD, region.WAIT_EVENT
+    # the three side streams fork from main before wqkv_a is issued; main joins them before attention
+    forks = [pos[(ws, s, MAIN)] for s in (KV, COMP, IDX)]
+    assert max(forks) < pos[(B, MAIN, "wqkv_a")]
+    joins = [pos[(ws, MAIN, s)] for s in (KV, COMP, IDX)]
+    assert pos[(B, MAIN, "q_b")] < min(joins) and max(joins) < pos[("pointwise", MAIN, "attention")]
+    # kv waits for wqkv_a's event; the indexer's q waits for q_lora and the weights; indexer joins it
+    assert pos[(B, MAIN, "wqkv_a")] < pos[(rec, MAIN, "qkv_a_ready")] < pos[(we, KV, "qkv_a_ready")] \
+        < pos[("pointwise", KV, "kv_norm_rope_store")]
+    assert pos[(rec, MAIN, "q_lora_ready")] < pos[(we, IDX_Q, "q_lora_ready")] < pos[(B, IDX_Q, "indexer.wq_b")]
+    assert pos[(rec, IDX_W, "weights_ready")] < pos[(we, IDX_Q, "weights_ready")] < pos[(B, IDX_Q, "indexer.wq_b")]
+    assert pos[(ws, IDX_Q, IDX)] < pos[(B, IDX_Q, "indexer.wq_b")] < pos[(ws, IDX, IDX_Q)] < pos[(ws, MAIN, IDX)]
+    assert pos[(ws, IDX_W, IDX)] < pos[(B, IDX_W, "indexer.weights_proj")]
+    # every kernel on a side stream comes after that stream's first wait
+    for i, (kind, stream, _) in enumerate(steps):
+        if stream != MAIN and kind not in (ws, rec, we):
+            assert any(k in (ws, we) and s == stream for k, s, _ in steps[:i]), steps[i]
+    # an HCA layer forks and joins the indexer stream too (SGLang always does), with nothing on it
+    hca = _order(region.layer_plan(region.MODELS["pro"], 0, "overlapped"))
+    assert (ws, IDX, MAIN) in hca and (ws, MAIN, IDX) in hca and not any(s in (IDX_Q, IDX_W) for _, s, _ in hca)
+
+
+def test_serial_is_one_stream_without_waits():
+    for i in (0, 2):
+        steps = region.layer_plan(region.MODELS["pro"], i, "serial")
+        assert {s.stream for s in steps} == {MAIN}
+        assert not [s for s in steps if s.kind in (region.WAIT_STREAM, region.RECORD, region.WAIT_EVENT)]
+
+
+def test_bad_schedule_and_ratio():
+    with pytest.raises(ValueError, match="schedule"):
+        region.layer_plan(region.MODELS["pro"], 0, "parallel")
+    v41 = region.ModelSpec("v41", 64, 16, 32, 48, 4, 16, (1, 4))
+    with pytest.raises(ValueError, match="ratio 1/2"):
+        region.layer_plan(v41, 0, "serial")
+
+
+# -- one eager run --------------------------------------------------------------------------------
+@pytest.mark.parametrize("schedule", region.SCHEDULES)
+def test_eager_run_gives_exact_fp32_outputs(schedule):
+    spec = region.MODELS["tiny"]
+    weights = region.make_weights(spec, "cpu")
+    x = exactness.random_bf16(3, spec.hidden)
+    gemm = {n: torch_ref.mm_fp32 for n, _ in region.fp32_shapes(spec)}
+    fp32, where, keep = region.run_layers(region.plan(spec, schedule), weights, x, gemm, region.Streams("cpu"))
+    assert where == [(1, "compressor.wkv_gate"), (2, "indexer.compressor.wkv_gate"), (2, "compressor.wkv_gate")]
+    for out, (layer, name) in zip(fp32, where):
+        assert out.dtype == torch.float32 and exactness.measure(out, exactness.reference(x, weights[layer][name])).ok
+    assert all(t.shape[0] == 3 for t in keep)
+
+
+def test_eager_run_catches_a_rounded_gemm_and_leaves_gemms_out_with_none():
+    spec = region.MODELS["tiny"]
+    weights = region.make_weights(spec, "cpu")
+    x = exactness.random_bf16(2, spec.hidden)
+    rounded = {n: (lambda a, b: torch_ref.mm_fp32(a, b).bfloat16().float()) for n, _ in region.fp32_shapes(spec)}
+    fp32, where, _ = region.run_layers(region.plan(spec, "serial"), weights, x, rounded, region.Streams("cpu"))
+    assert not exactness.measure(fp32[0], exactness.reference(x, weights[where[0][0]][where[0][1]])).ok
+    holders = {n: torch.zeros(2, n) for n, _ in region.fp32_shapes(spec)}
+    fp32, where, keep = region.run_layers(region.plan(spec, "serial"), weights, x, None, region.Streams("cpu"),
+                                          holders)
+    assert fp32 == [] and where == [] and any(t is holders[128] for t in keep)
+
+
+# -- the bench mode ---------------------------------------------------------------------------------
+class ColumnFake(ExactFake):
+    def candidates(self, m, n, k):
+        return [FakeCfg(FAKE_KERNEL)]
+
+
+class StepTimer:
+    """Runs each step twice (warm-up, then 'capture' after before_capture) and reports 100 us + 4 per fp32 output."""
+
+    def __init__(self):
+        self.steps = 0
+
+    def step(self, step, replays=20, before_capture=None):
+        self.steps += 1
+        step()
+        if before_capture is not None:
+            before_capture()
+        outs = step()
+        return 100.0 + 4.0 * len(outs), outs
+
+    def per_call(self, fn, x, weights, replays=15):
+        return 1.0
+
+    def weights(self, n, k, device):
+        return [exactness.random_bf16(n, k, device=device)]
+
+
+@pytest.fixture
+def fake_router(monkeypatch):
+    """A router whose table sends tiny's fp32 shapes to ExactFake on CPU (M 1-2)."""
+    shapes = [(m, n, k) for m in (1, 2) for n, k in region.fp32_shapes(region.MODELS["tiny"])]
+    routed = ExactFake()
+    monkeypatch.setattr(routing, "build_router", lambda: make_router([routed], shapes=shapes))
+    return routed
+
+
+def test_bench_region_on_cpu_times_every_mode_and_checks_the_routes(tmp_path, capsys, fake_router):
+    out = tmp_path / "out"
+    argv = ["--region", "--region-model", "tiny", "--region-m", "1,2", "--out-dir", str(out)]
+    timer = StepTimer()
+    assert bench.main(argv, backends=[ColumnFake(name="col")], device=torch.device("cpu"), timer=timer) == 0
+    doc = json.load(open(out / "bench_region.json"))
+    assert doc["mode"] == "region" and doc["models"]["tiny"]["fp32_calls"] == 3
+    rs = doc["results"]
+    assert [(r["M"], r["schedule"]) for r in rs] == [(1, "overlapped"), (1, "serial"), (2, "overlapped"), (2, "serial")]
+    r = rs[0]
+    assert set(r["step_us"]) == {"none", "torch", "routed", "col"} and r["base_step_us"] == [100.0, 100.0]
+    assert r["add_per_layer_us"] == {"torch": 4.0, "routed": 4.0, "col": 4.0}  # 3 calls x 4 us / 3 layers
+    assert all(v <= exactness.REL_TOL for v in r["rel_err"].values()) and all(r["allclose"].values())
+    assert r["kernel"]["col"] == {"64": f"{FAKE_KERNEL} (first candidate)", "128": f"{FAKE_KERNEL} (first candidate)"}
+    assert "vllm_ll" in r["note"]  # the peer column is absent on CPU, and the record says why
+    chk = r["route_check"]
+    assert chk["ok"] and chk["counted"] == {f"fake:{FAKE_KERNEL}": 3} == chk["expected"]
+    assert timer.steps == 4 * 5  # none twice, torch, routed, col
+    assert (out / "bench_region.md").read_text().startswith("# Region")
+    assert "route check: 4/4" in capsys.readouterr().out
+
+
+def test_route_check_fails_when_a_call_is_not_where_the_table_says(tmp_path, fake_router, monkeypatch):
+    from sglang_fp32gemm.tools import region_bench
+
+    real = region_bench._route_check
+    # a captured call counted under another key (as if it had run on torch) must fail the check
+    monkeypatch.setattr(region_bench, "_route_check",
+                        lambda ctx, x, counted: real(ctx, x, {("torch", "x"): 1, **counted}))
+    argv = ["--region", "--region-model", "tiny", "--region-m", "1", "--region-schedule", "serial",
+            "--out-dir", str(tmp_path)]
+    assert bench.main(argv, backends=[], device=torch.device("cpu"), timer=StepTimer()) == 0
+    assert json.load(open(tmp_path / "bench_region.json"))["results"][0]["route_check"]["ok"] is False
+
+
+@pytest.mark.parametrize("args, what", [
+    (["--region-model", "ultra"], "unknown model ultra"),
+    (["--region-schedule", "overlapped,parallel"], "unknown schedule parallel"),
+    (["--region-m", "0"], "--region-m"),
+    (["--region-replays", "0"], "--region-replays"),
+])
+def test_region_argument_errors_are_one_line_and_exit_2(args, what, capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--region", *args])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and what in err
+
+
+def test_region_defaults():
+    a = bench.parser().parse_args(["--region"])
+    assert a.region and a.region_model == ["pro"] and a.region_m == [1, 2, 4, 8, 16, 32, 64]
+    assert a.region_schedule == ["overlapped", "serial"] and a.region_peer
+    a = bench.parser().parse_args(["--region", "--region-model", "pro,flash", "--region-schedule", "serial"])
+    assert a.region_model == ["pro", "flash"] and a.region_schedule == ["serial"]
