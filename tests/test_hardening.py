@@ -18,6 +18,8 @@ from fakes.fake_backends import FAKE_KERNEL, ExactFake, make_router
 from test_releases import HAS_V41, RELEASES, release_env
 
 N, K = 32, 64
+# One worker runs this module (pytest-xdist --dist loadgroup): its per-release reports are made once.
+pytestmark = pytest.mark.xdist_group("release_hardening")
 
 
 def _report(proc: subprocess.CompletedProcess) -> dict:
@@ -26,13 +28,23 @@ def _report(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(lines[-1][len("REPORT "):])
 
 
+_release_reports: dict[str, dict] = {}
+
+
+def release_report(version: str) -> dict:
+    """tests/fakes/release_hardening_probe.py's report for one release (one interpreter per release)."""
+    if version not in _release_reports:
+        proc = subprocess.run([sys.executable, str(TESTS_DIR / "fakes" / "release_hardening_probe.py")],
+                              capture_output=True, text=True, timeout=600, env=release_env(version),
+                              cwd=str(REPO_ROOT))
+        _release_reports[version] = _report(proc)
+    return _release_reports[version]
+
+
 # -- 1: every hook traces under torch.compile(fullgraph=True), in every state ------------------------
 @pytest.mark.parametrize("version", RELEASES)
 def test_hooks_trace_under_fullgraph_compile_in_every_state(version):
-    proc = subprocess.run([sys.executable, str(TESTS_DIR / "fakes" / "compile_probe.py")], capture_output=True,
-                          text=True, timeout=600, env=release_env(version), cwd=str(REPO_ROOT))
-    rep = _report(proc)
-    states = rep["states"]
+    states = release_report(version)["states"]
     assert (states["on"]["enabled"], states["bad"]["error"], states["off"]["enabled"]) == (True, True, False)
     for state, got in states.items():
         calls = {k: v for k, v in got.items() if k in ("linear", "wkv")}
@@ -256,9 +268,7 @@ def test_launch_flag_help_matches_the_tables():
 def test_v41_compressor_is_named_and_selected_on_every_release_that_has_it(version):
     from fakes.fake_backends import FAKE_KERNEL as KERNEL
 
-    proc = subprocess.run([sys.executable, str(TESTS_DIR / "fakes" / "v41_probe.py")], capture_output=True,
-                          text=True, timeout=600, env=release_env(version), cwd=str(REPO_ROOT))
-    rep = _report(proc)
+    rep = release_report(version)["v41"]
     assert rep["has_v41"] is (version in HAS_V41), rep
     if not rep["has_v41"]:
         assert rep["v41_targets"] == []
