@@ -18,8 +18,6 @@ from fakes.fake_backends import FAKE_KERNEL, ExactFake, make_router
 from test_releases import HAS_V41, RELEASES, release_env
 
 N, K = 32, 64
-# One worker runs this module (pytest-xdist --dist loadgroup): its per-release reports are made once.
-pytestmark = pytest.mark.xdist_group("release_hardening")
 
 
 def _report(proc: subprocess.CompletedProcess) -> dict:

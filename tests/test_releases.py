@@ -27,8 +27,6 @@ from conftest import REPO_ROOT, TESTS_DIR, subprocess_env
 from fakes.fake_backends import FAKE_KERNEL, FAKE_KEY
 from sglang_fp32gemm.backends.probe import TRIALS as PROBE_RUNS
 
-# One worker runs this module (pytest-xdist --dist loadgroup): its per-release reports are made once.
-pytestmark = pytest.mark.xdist_group("releases")
 RELEASES_DIR = Path(os.environ.get("SGLANG_RELEASES_DIR", REPO_ROOT / ".sglang-releases"))
 NEWEST = "0.5.23"   # the one in .venv
 DEFAULT_OLD = "0.5.20"  # installed by setup_env.sh; the rest are the marked job

@@ -32,8 +32,7 @@ from sglang_fp32gemm import settings as S
 from sglang_fp32gemm.backends.probe import TRIALS as PROBE_RUNS
 from sglang_fp32gemm.layers import LayerInfo, LayerSelection
 
-# One worker runs this module (pytest-xdist --dist loadgroup): its subprocess fixtures run once.
-pytestmark = [pytest.mark.usefixtures("sglang_available"), pytest.mark.xdist_group("sglang_integration")]
+pytestmark = pytest.mark.usefixtures("sglang_available")
 
 LINEAR = "sglang.kernels.ops.gemm.bf16_fp32.linear_bf16_fp32"
 WKV = "sglang.srt.layers.attention.dsv4.compressor.Compressor._compute_wkv_gate"
