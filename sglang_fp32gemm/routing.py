@@ -25,7 +25,7 @@ import torch
 
 from sglang_fp32gemm import config as config_mod
 from sglang_fp32gemm.backends import torch_ref
-from sglang_fp32gemm.backends.base import MAX_M, Backend, KernelFn
+from sglang_fp32gemm.backends.base import MAX_M, Backend
 from sglang_fp32gemm.errors import ConfigError
 from sglang_fp32gemm.kernels import Bound, KernelCache
 from sglang_fp32gemm.layers import LayerInfo
