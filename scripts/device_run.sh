@@ -21,6 +21,7 @@
 #   explain       python -m sglang_fp32gemm explain (plugin enabled) into $OUT/explain.txt
 #
 # Variables: TUNE_ARGS (default "--budget-s 260"; e.g. "--m 1 2 4 --k 7168"), TUNE_TIMEOUT (290),
+# GPU_TESTS (test files, default every tests/test_*gpu*.py), GPU_TESTS_TIMEOUT (240),
 # BENCH_ARGS (extra bench options, e.g. "--m 1-32 --k 7168"), BENCH_TIMEOUT (300), FUZZ_CASES (40),
 # TUNE_LOG (a tune log or tuned CSV for the backend columns when no tune step ran; default the
 # committed docs/benchmarks/h200/tune_log.jsonl.gz).
@@ -74,7 +75,7 @@ for b in backends.all_backends():
 
 step_gpu_tests() {
   mkdir -p "$OUT/tests"
-  timeout -k 5 120 python3 -m pytest -q -p no:cacheprovider -n 0 tests/test_*gpu*.py > "$OUT/tests/pytest_gpu.txt" 2>&1
+  timeout -k 5 "${GPU_TESTS_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider -n 0 ${GPU_TESTS:-tests/test_*gpu*.py} > "$OUT/tests/pytest_gpu.txt" 2>&1
   echo "pytest rc=$?"; tail -n 8 "$OUT/tests/pytest_gpu.txt"
 }
 

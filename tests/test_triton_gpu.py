@@ -1,7 +1,8 @@
 """The fast NVIDIA backends on a real GPU, through ``bind()`` (skipped elsewhere).
 
-``triton-det`` (ticket kernel), ``triton`` (epoch kernel) and ``cutedsl``
-(SGLang's CuTe-DSL warp split-K) at the DSv4 shapes: K 7168 and 4096, N 512,
+``triton-det`` (ticket kernel), ``triton`` (epoch kernel), ``triton-gemv``
+(its GEMV form, M <= 8) and ``cutedsl`` (SGLang's CuTe-DSL warp split-K),
+with and without PDL, at the DSv4 shapes: K 7168 and 4096, N 512,
 1024, 2048 and 2560, M 1..32. Reference in float64, fresh random inputs each
 check, the caching allocator's block for ``out`` poisoned with NaN before
 each call so that unwritten elements show.
@@ -38,7 +39,7 @@ _BOUND: dict[tuple, object] = {}
 def backend(which: str):
     if which not in _BACKENDS:
         _BACKENDS[which] = {"triton-det": ts.TritonSplitKBackend, "triton": te.TritonEpochBackend,
-                            "cutedsl": CuteDSLWarpBackend}[which]()
+                            "triton-gemv": te.TritonGemvBackend, "cutedsl": CuteDSLWarpBackend}[which]()
     be = _BACKENDS[which]
     ok, why = be.available()
     if not ok:
@@ -82,11 +83,13 @@ def check_exact(out, x, w):
     assert r.ok, r
 
 
-@pytest.mark.parametrize("which", ["triton-det", "triton", "cutedsl"])
+@pytest.mark.parametrize("which", ["triton-det", "triton", "triton-gemv", "cutedsl"])
 @pytest.mark.parametrize("k", KS)
 @pytest.mark.parametrize("n", NS)
 def test_bound_kernels_are_fp32_exact_on_dsv4_shapes(which, n, k):
     for m in MS:
+        if which == "triton-gemv" and m > 8:
+            continue
         _, cfg, fn = bound(which, m, n, k)
         for layout in ("contiguous", "row stride K+64", "row stride K+8"):
             if layout == "contiguous":
@@ -100,7 +103,7 @@ def test_bound_kernels_are_fp32_exact_on_dsv4_shapes(which, n, k):
             check_exact(out, x, w)
 
 
-@pytest.mark.parametrize("which", ["triton-det", "triton"])
+@pytest.mark.parametrize("which", ["triton-det", "triton", "triton-gemv"])
 def test_triton_bound_kernels_take_the_fast_launch(which):
     _, cfg, fn = bound(which, 8, 1024, K)
     assert fn.launcher.fast, fn.launcher.reason
@@ -169,7 +172,7 @@ def test_epoch_kernel_under_cuda_graph_replay_20_times():
     assert (sync.flags[:cfg.tiles(5, 1024)] == 1 + 4 * 20).all(), sync.flags
 
 
-@pytest.mark.parametrize("which", ["triton-det", "triton"])
+@pytest.mark.parametrize("which", ["triton-det", "triton", "triton-gemv"])
 def test_two_streams_get_their_own_buffers(which):
     _, cfg, fn = bound(which, 8, 2048, K)
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
@@ -206,7 +209,7 @@ def test_first_call_on_a_new_stream_during_capture_raises(which):
     assert isinstance(e.value, NotReadyInCapture) or isinstance(e.value.__context__, NotReadyInCapture), e.value
 
 
-@pytest.mark.parametrize("which", ["triton-det", "triton", "cutedsl"])
+@pytest.mark.parametrize("which", ["triton-det", "triton", "triton-gemv", "cutedsl"])
 def test_bound_kernels_under_cuda_graph_replay_equal_the_product(which):
     n = 1024
     _, cfg, fn = bound(which, 8, n, K)
@@ -251,6 +254,62 @@ def test_fast_launch_costs_less_host_time_than_the_ordinary_one(which):
     fast, slow = host_us(fn, x), host_us(fn, xs)
     print(f"\n{which}: host us per call: torch.mm {mm:.1f}, fast {fast:.1f}, ordinary {slow:.1f}")
     assert fast < slow
+
+
+@pytest.mark.parametrize("m", [1, 4])
+def test_every_gemv_candidate_is_exact(m):
+    """The tuner's whole GEMV search space (PDL copies included) at N=1024, K=7168."""
+    be = backend("triton-gemv")
+    cands = be.candidates(m, 1024, K)
+    assert any(c.pdl for c in cands) and any(not c.pdl for c in cands)
+    for cfg in cands:
+        fn = be.bind(cfg, torch.device("cuda"), 1024, K)
+        x, w = rnd(m, K), rnd(1024, K)
+        out = poisoned_call(fn, x, w)
+        torch.cuda.synchronize()
+        check_exact(out, x, w)
+
+
+PDL_CONFIGS = [("triton", te.EpochConfig(16, 64, 128, 14, 4, 4, True)),
+               ("triton", te.EpochConfig(16, 64, 256, 1, 4, 4, True)),
+               ("triton-gemv", te.GemvConfig(2, 4, 512, 2, 4, 2, True)),
+               ("triton-det", ts.SplitKConfig(16, 32, 128, 7, 4, 4, True))]
+
+
+@pytest.mark.parametrize("which,cfg", PDL_CONFIGS, ids=[c.name for _, c in PDL_CONFIGS])
+def test_pdl_kernels_read_what_the_kernel_before_them_wrote(which, cfg):
+    """Under graph replay, each PDL call's x is written by the torch kernel right before it.
+
+    A PDL kernel may start before its predecessor ends: it must wait
+    (gdc_wait) before it reads x or writes out. 12 calls, 5 replays, x
+    changed before every replay.
+    """
+    be = backend(which)
+    n, m = 1024, 4
+    fn = be.bind(cfg, torch.device("cuda"), n, K)
+    assert fn.launcher.fast and fn.launcher.options.get("launch_pdl") is True, fn.launcher.reason
+    srcs = [rnd(m, K) for _ in range(12)]
+    ws = [rnd(n, K) for _ in range(4)]
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn(srcs[0], ws[0])
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        xs, outs = [], []
+        for i in range(12):
+            xs.append((srcs[i].float() * 2.0).bfloat16())  # the kernel right before: writes x
+            outs.append(fn(xs[i], ws[i % 4]))
+    for _ in range(5):
+        for t in outs:
+            t.fill_(float("nan"))
+        for src in srcs:
+            src.copy_(torch.randn_like(src, dtype=torch.float32).bfloat16())
+        g.replay()
+        torch.cuda.synchronize()
+        for i in range(12):
+            check_exact(outs[i], (srcs[i].float() * 2.0).bfloat16(), ws[i % 4])
 
 
 def test_raw_launch_helpers_still_work():

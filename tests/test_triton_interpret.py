@@ -7,11 +7,13 @@ tests/test_triton_gpu.py.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from sglang_fp32gemm.backends.base import MAX_M
-from sglang_fp32gemm.backends.triton import EpochConfig, TritonEpochBackend
+from sglang_fp32gemm.backends.triton import EpochConfig, GemvConfig, TritonEpochBackend, TritonGemvBackend
 from sglang_fp32gemm.backends.triton_det import SplitKConfig, TritonSplitKBackend
 
 DSV4 = [(m, n, k) for k in (7168, 4096) for n in (512, 1024, 2048, 2560) for m in (1, 2, 5, 8, 16, 31, 32)]
@@ -143,13 +145,60 @@ def test_epoch_shape_rules_grid_and_buffers():
     assert (be.name, be.libtype) == ("triton", "triton")
 
 
+# -- GEMV (triton-gemv) names and PDL ---------------------------------------------------------------------
+@pytest.mark.parametrize("cfg", [GemvConfig(2, 4, 512, 2, 4, 2), GemvConfig(8, 1, 4096, 1, 8, 1, True),
+                                 EpochConfig(16, 64, 128, 14, 4, 4, True), SplitKConfig(16, 32, 64, 8, 4, 5, True)])
+def test_gemv_and_pdl_names_round_trip(cfg):
+    assert type(cfg).parse(cfg.name) == cfg
+    assert cfg.name.endswith("_pdl") == cfg.pdl
+    assert cfg.constexprs(7168, upcast=False)["PDL"] is cfg.pdl
+    assert cfg.constexprs(7168, upcast=False)["DOT"] is (not isinstance(cfg, GemvConfig))
+    assert cfg.options(True).get("launch_pdl", False) is cfg.pdl
+    assert "launch_pdl" not in cfg.options(False)  # no PDL launch off a GPU
+    for be in (TritonEpochBackend(), TritonGemvBackend(), TritonSplitKBackend()):
+        if be.CONFIG is type(cfg):
+            assert be.parse(be.kernel_name(cfg)) == cfg
+        else:
+            with pytest.raises(ValueError, match="is not of the form"):
+                be.parse(cfg.name)
+
+
+@pytest.mark.parametrize("name", [
+    "triton_gemv_fp32_bm1_bn4_bk512_sk2_w4_s2",      # BM 1 (see GemvConfig)
+    "triton_gemv_fp32_bm32_bn4_bk512_sk2_w4_s2",     # BM above 16
+    "triton_gemv_fp32_bm2_bn3_bk512_sk2_w4_s2",      # BN not a power of two
+    "triton_gemv_fp32_bm2_bn128_bk512_sk2_w4_s2",    # BN above 64
+    "triton_gemv_fp32_bm2_bn4_bk8192_sk2_w4_s2",     # BK above 4096
+])
+def test_gemv_names_with_impossible_values_are_rejected(name):
+    with pytest.raises(ValueError, match="must be a power of two in"):
+        GemvConfig.parse(name)
+
+
+def test_gemv_candidates_only_for_m_le_8_and_valid():
+    be = TritonGemvBackend()
+    assert be.candidates(9, 1024, 7168) == [] and be.candidates(0, 1024, 7168) == []
+    for m, n, k in DSV4:
+        cands = be.candidates(m, n, k)
+        if m > 8:
+            continue
+        assert 1 <= len([c for c in cands if not c.pdl]) <= 16, (m, n, k)
+        for c in cands:
+            assert c.bm == max(2, 1 << (m - 1).bit_length()) and be.supports(c, m, n, k) == (True, "ok")
+            assert be.parse(be.kernel_name(c)) == c
+    assert (be.name, be.libtype, be.deterministic(GemvConfig(2, 4, 512, 1, 4, 2))) == ("triton-gemv", "triton", True)
+
+
 # -- search spaces -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("which", ["ticket", "epoch"])
 def test_candidates_are_small_valid_and_round_trip(which):
     be = TritonSplitKBackend() if which == "ticket" else TritonEpochBackend()
     for m, n, k in DSV4 + [(64, 1024, 7168), (128, 2560, 7168), (MAX_M, 512, 4096)]:
         cands = be.candidates(m, n, k)
-        assert 4 <= len(cands) <= 26, (m, n, k, len(cands))
+        base = [c for c in cands if not c.pdl]
+        # PDL copies only where the GPU has PDL, and only of the base configs
+        assert {replace(c, pdl=False) for c in cands if c.pdl} <= set(base)
+        assert 4 <= len(base) <= 26, (m, n, k, len(base))
         assert len(set(cands)) == len(cands)
         for c in cands:
             assert be.supports(c, m, n, k) == (True, "ok"), (c, m, n, k)
@@ -166,8 +215,10 @@ def test_candidates_hold_the_shipped_sm90_triton_winners_at_m_le_32():
     rows = [r for t in (tables.fast, tables.deterministic) for r in t.rows() if r.libtype == "triton" and r.M <= 32]
     assert rows
     for r in rows:
-        be = TritonSplitKBackend() if r.kernelName.startswith("triton_splitk_") else TritonEpochBackend()
-        assert be.parse(r.kernelName) in be.candidates(r.M, r.N, r.K), r
+        be = {"triton_splitk_": TritonSplitKBackend, "triton_epoch_": TritonEpochBackend,
+              "triton_gemv_": TritonGemvBackend}[r.kernelName[:r.kernelName.index("_", 7) + 1]]()
+        cfg = be.parse(r.kernelName)
+        assert cfg in be.candidates(r.M, r.N, r.K) or (cfg.pdl and replace(cfg, pdl=False) in be.candidates(r.M, r.N, r.K)), r
 
 
 def test_epoch_candidates_hold_the_splits_that_won_on_the_h200():
@@ -221,7 +272,7 @@ def test_bound_kernel_requires_run_time_arguments_before_constexprs():
         arg_names = ["x_ptr", "BM", "M"]
 
     with pytest.raises(ValueError, match="run-time"):
-        BoundKernel(Fn(), torch.device("cpu"), (torch.float32, 1), {"BM": 16}, 4, 1, try_fast=False)
+        BoundKernel(Fn(), torch.device("cpu"), (torch.float32, 1), {"BM": 16}, {"num_warps": 4}, try_fast=False)
 
 
 # -- the shared per-stream buffers -------------------------------------------------------------------------

@@ -92,85 +92,35 @@ class EpochConfig(TileConfig):
         return self.tiles(MAX_M, n)
 
 
-_kernel = None
-
-
 def _get_kernel():
-    """Build the @triton.jit kernel on first use: triton is imported lazily."""
-    global _kernel
-    if _kernel is not None:
-        return _kernel
-    import triton
-    import triton.language as tl
+    """The @triton.jit kernel (backends/triton_kernels.py), imported on first use."""
+    from sglang_fp32gemm.backends.triton_kernels import epoch_splitk_fp32_kernel
 
-    # M is not specialised: one compile serves every M.
-    @triton.jit(do_not_specialize=["M"])
-    def epoch_splitk_fp32_kernel(
-        x_ptr, w_ptr, out_ptr, flag_ptr, cnt_ptr,
-        M, N, K,
-        stride_xm, stride_wn, stride_om,
-        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-        SPLIT_K: tl.constexpr, K_ITERS: tl.constexpr,
-        UPCAST: tl.constexpr,
-    ):
-        pid = tl.program_id(0)
-        tiles = tl.num_programs(0) // SPLIT_K
-        # Split-major program order: every split-0 program has a lower id.
-        split = pid // tiles
-        tile = pid - split * tiles
-        n_tiles = N // BN
-        tile_m = tile // n_tiles
-        tile_n = tile - tile_m * n_tiles
+    return epoch_splitk_fp32_kernel
 
-        offs_n = tile_n * BN + tl.arange(0, BN)   # W rows: the MMA's M side
-        offs_m = tile_m * BM + tl.arange(0, BM)   # tokens: the MMA's N side
-        offs_k = tl.arange(0, BK)
-        mask_m = offs_m < M
-        # out[m, n] = acc[n, m]: a [BN, BM] tile of out^T.
-        out_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
-        out_mask = tl.broadcast_to(mask_m[None, :], (BN, BM))
 
-        if SPLIT_K > 1:
-            # One atomic per program per call: its epoch for this (tile, split).
-            epoch = tl.atomic_add(cnt_ptr + tile * SPLIT_K + split, 1, sem="relaxed") + 1
-            if split == 0:
-                tl.store(out_ptrs, tl.zeros((BN, BM), dtype=tl.float32), mask=out_mask)
-                # Every thread's zeros are written before the flag is released.
-                tl.debug_barrier()
-                tl.atomic_xchg(flag_ptr + tile, epoch, sem="release")
+@dataclasses.dataclass(frozen=True)
+class GemvConfig(EpochConfig):
+    """The epoch kernel in its GEMV form (``DOT=False``) for M <= 8.
 
-        # K_ITERS is a compile-time constant so k0 is a known multiple of BK
-        # (a run-time K // SPLIT_K makes Triton fall back to narrow loads).
-        k0 = split * (K_ITERS * BK)
-        w_ptrs = w_ptr + offs_n[:, None] * stride_wn + (k0 + offs_k)[None, :]
-        x_ptrs = x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :]
-        acc = tl.zeros((BN, BM), dtype=tl.float32)
-        for _ in range(0, K_ITERS):
-            b = tl.load(w_ptrs)
-            a = tl.load(x_ptrs, mask=mask_m[:, None], other=0.0)
-            if UPCAST:
-                # Triton's CPU interpreter mis-multiplies bf16 dots; exact
-                # fp32 ("ieee", not tf32) products give the same result.
-                acc = tl.dot(b.to(tl.float32), tl.trans(a.to(tl.float32)), acc,
-                             input_precision="ieee", out_dtype=tl.float32)
-            else:
-                acc = tl.dot(b, tl.trans(a), acc, out_dtype=tl.float32)
-            w_ptrs += BK
-            x_ptrs += BK
+    No MMA: each thread multiplies bf16 W and x elements in fp32 (exact) and
+    keeps a [BN, BM, BK] tile of fp32 products, summed over K once after the
+    loop. BM is the padded token count (2, 4, 8), so no MMA-sized tile of
+    padding rows is read or multiplied; the split-K reduction is the epoch
+    kernel's. BM >= 2: Triton's interpreter adds only the first element of
+    a [BN, 1] atomic_add, so BM=1 could not be tested here.
+    """
 
-        if SPLIT_K == 1:
-            tl.store(out_ptrs, acc, mask=out_mask)
-        else:
-            if split != 0:
-                # Wait until split 0 has zeroed the tile in this call. Wrapping
-                # int32 difference: ">= epoch", which in correct use is "== epoch".
-                seen = tl.atomic_add(flag_ptr + tile, 0, sem="acquire")
-                while seen - epoch < 0:
-                    seen = tl.atomic_add(flag_ptr + tile, 0, sem="acquire")
-            tl.atomic_add(out_ptrs, acc, mask=out_mask, sem="relaxed")
+    PREFIX: ClassVar[str] = "triton_gemv_fp32"
+    DOT: ClassVar[bool] = False
+    TILE_LIMITS: ClassVar[dict[str, tuple[int, int]]] = {"bm": (2, 16), "bn": (1, 64), "bk": (32, 4096)}
 
-    _kernel = epoch_splitk_fp32_kernel
-    return _kernel
+
+def with_pdl(cfgs: list[EpochConfig]) -> list[EpochConfig]:
+    """PDL copies of ``cfgs`` where the GPU has programmatic dependent launch (sm90+), else none."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        return []
+    return [dataclasses.replace(c, pdl=True) for c in cfgs if not c.pdl]
 
 
 class SyncBuffers(Buffers):
@@ -261,7 +211,7 @@ class TritonEpochBackend(TritonBackend):
                         cfg = EpochConfig(bm, bn, bk, sk, 4, st)
                         if cfg not in out:
                             out.append(cfg)
-        return out
+        return out + with_pdl(out)
 
     def plan(self, cfg: EpochConfig, n: int) -> Callable[[int], Plan]:
         n_tiles, bm, sk = n // cfg.bn, cfg.bm, cfg.split_k
@@ -284,3 +234,32 @@ class TritonEpochBackend(TritonBackend):
         pool = StreamBuffers(device, allocate, "triton epoch flag")
         self._pools.append(pool)
         return pool
+
+
+class TritonGemvBackend(TritonEpochBackend):
+    """The epoch kernel's GEMV form; serves ``triton_gemv_fp32_*`` rows of ``libtype`` triton."""
+
+    name = "triton-gemv"
+    CONFIG = GemvConfig
+
+    def candidates(self, m: int, n: int, k: int) -> list[EpochConfig]:
+        """The tuner's search space for M <= 8: about 10-16 configs, and their PDL copies.
+
+        BM the padded M (at least 2); 4 or 8 warps; BN 2-16 and BK 256-1024
+        with 16-64 fp32 products a thread; the split count whose grid is
+        nearest 3 waves within 1-8 waves; 2 stages.
+        """
+        if not 1 <= m <= 8:
+            return []
+        sms = sm_count()
+        bm = max(2, 1 << (m - 1).bit_length())
+        out: list[EpochConfig] = []
+        for warps in (4, 8):
+            for bn in (2, 4, 8, 16):
+                for bk in (256, 512, 1024):
+                    # 16-64 fp32 products a thread: enough loads in flight, no spills.
+                    if n % bn or k % bk or not 512 * warps <= bn * bm * bk <= 2048 * warps:
+                        continue
+                    for sk in split_candidates(k // bk, n // bn, sms, 1.0, 8.0, 1, 3.0, 1):
+                        out.append(GemvConfig(bm, bn, bk, sk, warps, 2))
+        return out + with_pdl(out)

@@ -29,11 +29,11 @@ import abc
 import contextlib
 import dataclasses
 import hashlib
-import inspect
 import logging
 import math
 import re
 import threading
+from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional
 
 import torch
@@ -52,11 +52,14 @@ Plan = tuple[int, int, int, int, int]
 class TileConfig:
     """A Triton split-K kernel's configuration; ``name`` is its ``kernelName``.
 
-    Both Triton kernels share the grammar ``<PREFIX>_bm<BM>_bn<BN>_bk<BK>
-    _sk<SPLITK>_w<WARPS>_s<STAGES>``; each subclass names its prefix.
+    The Triton kernels share the grammar ``<PREFIX>_bm<BM>_bn<BN>_bk<BK>
+    _sk<SPLITK>_w<WARPS>_s<STAGES>[_pdl]``; each subclass names its prefix.
+    ``pdl``: launched as a programmatic dependent launch (triton_kernels.py).
     """
 
     PREFIX: ClassVar[str] = ""
+    #: tl.dot tiles (True) or the GEMV form's fp32 products (False).
+    DOT: ClassVar[bool] = True
 
     bm: int
     bn: int
@@ -64,29 +67,33 @@ class TileConfig:
     split_k: int
     num_warps: int
     num_stages: int
+    pdl: bool = False
+
+    #: Smallest and largest BM, BN, BK (powers of two): tl.dot needs 16.
+    TILE_LIMITS: ClassVar[dict[str, tuple[int, int]]] = {"bm": (16, 256), "bn": (16, 256), "bk": (16, 1024)}
 
     def __post_init__(self) -> None:
-        for f in ("bm", "bn", "bk"):
+        for f, (lo, hi) in self.TILE_LIMITS.items():
             v = getattr(self, f)
-            if not isinstance(v, int) or v < 16 or v & (v - 1):
-                raise ValueError(f"{f}={v}: must be a power of two >= 16")
-        if self.bm > 256 or self.bn > 256 or self.bk > 1024:
-            raise ValueError(f"tile too large in {self}")
+            if not isinstance(v, int) or v < 1 or v & (v - 1) or not lo <= v <= hi:
+                raise ValueError(f"{f}={v}: must be a power of two in {lo}..{hi}")
+        if not isinstance(self.pdl, bool):
+            raise ValueError(f"pdl={self.pdl!r}: must be a bool")
         if self.split_k < 1 or self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1:
             raise ValueError(f"bad split_k/num_warps/num_stages in {self}")
 
     @property
     def name(self) -> str:
         return (f"{self.PREFIX}_bm{self.bm}_bn{self.bn}_bk{self.bk}"
-                f"_sk{self.split_k}_w{self.num_warps}_s{self.num_stages}")
+                f"_sk{self.split_k}_w{self.num_warps}_s{self.num_stages}" + ("_pdl" if self.pdl else ""))
 
     @classmethod
     def parse(cls, name: str) -> "TileConfig":
-        m = re.match(rf"^{cls.PREFIX}_bm(\d+)_bn(\d+)_bk(\d+)_sk(\d+)_w(\d+)_s(\d+)$", name)
+        m = re.match(rf"^{cls.PREFIX}_bm(\d+)_bn(\d+)_bk(\d+)_sk(\d+)_w(\d+)_s(\d+)(_pdl)?$", name)
         if m is None:
             raise ValueError(f"kernelName {name!r} is not of the form "
-                             f"{cls.PREFIX}_bm<BM>_bn<BN>_bk<BK>_sk<SPLITK>_w<WARPS>_s<STAGES>")
-        return cls(*(int(g) for g in m.groups()))
+                             f"{cls.PREFIX}_bm<BM>_bn<BN>_bk<BK>_sk<SPLITK>_w<WARPS>_s<STAGES>[_pdl]")
+        return cls(*(int(g) for g in m.groups()[:6]), pdl=m.group(7) is not None)
 
     def check_shape(self, m: int, n: int, k: int) -> Verdict:
         if n % self.bn:
@@ -101,22 +108,29 @@ class TileConfig:
         ``K_ITERS`` (K steps per split) is a compile-time constant so that
         Triton knows every split starts at a multiple of BK; ``UPCAST``
         makes the CPU interpreter multiply in exact fp32 (it mis-multiplies
-        bf16 dots).
+        bf16 dots) and skip the PDL instructions.
         """
         return dict(BM=self.bm, BN=self.bn, BK=self.bk, SPLIT_K=self.split_k,
-                    K_ITERS=k // (self.bk * self.split_k), UPCAST=upcast)
+                    K_ITERS=k // (self.bk * self.split_k), UPCAST=upcast, DOT=self.DOT, PDL=self.pdl)
+
+    def options(self, on_cuda: bool = True) -> dict[str, Any]:
+        """Launch options: warps, stages, and ``launch_pdl`` for a PDL config on a GPU."""
+        opts: dict[str, Any] = {"num_warps": self.num_warps, "num_stages": self.num_stages}
+        if self.pdl and on_cuda:
+            opts["launch_pdl"] = True
+        return opts
 
 
-def kernel_source_tag(get_kernel: Callable[[], Any]) -> str:
-    """Hash of a kernel builder's source and the installed Triton version (import-free)."""
+def kernel_source_tag() -> str:
+    """Hash of the kernels' source (triton_kernels.py) and the installed Triton version (import-free)."""
     try:
         from importlib.metadata import version
 
         tv = version("triton")
     except Exception:  # not installed
         tv = "none"
-    src = inspect.getsource(get_kernel)
-    return f"{hashlib.sha256(src.encode()).hexdigest()[:12]}-triton{tv}"
+    src = (Path(__file__).parent / "triton_kernels.py").read_bytes()
+    return f"{hashlib.sha256(src).hexdigest()[:12]}-triton{tv}"
 
 
 def launch_once(
@@ -136,8 +150,7 @@ def launch_once(
         x, w, out, scratch, counters,
         m, n, k,
         x.stride(0), w.stride(0), out.stride(0),
-        **cfg.constexprs(k, upcast=not x.is_cuda),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **cfg.constexprs(k, upcast=not x.is_cuda), **cfg.options(x.is_cuda),
     )
     return out
 
@@ -269,7 +282,7 @@ class TritonBackend(Backend):
         return cfg.name
 
     def source_tag(self, cfg: TileConfig) -> str:
-        return kernel_source_tag(type(self).get_kernel)
+        return kernel_source_tag()
 
     # -- what each kernel says -------------------------------------------------------------------
     @abc.abstractmethod
@@ -300,7 +313,7 @@ class TritonBackend(Backend):
             type(self).get_kernel(), device,
             # x, w, out, scratch, counters, M, N, K, stride_xm, stride_wn, stride_om
             (torch.bfloat16, torch.bfloat16, torch.float32, self.SCRATCH_DTYPE, torch.int32, 1, n, k, k, k, n),
-            cfg.constexprs(k, upcast=not on_cuda), cfg.num_warps, cfg.num_stages, try_fast=on_cuda,
+            cfg.constexprs(k, upcast=not on_cuda), cfg.options(on_cuda), try_fast=on_cuda,
         )
         plan = self.plan(cfg, n)
         pool = self.buffers(cfg, device, n)

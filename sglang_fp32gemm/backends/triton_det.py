@@ -72,87 +72,11 @@ class SplitKConfig(TileConfig):
         return (n // self.bn) * ((m + self.bm - 1) // self.bm)
 
 
-_kernel = None
-
-
 def _get_kernel():
-    """Build the @triton.jit kernel on first use: triton is imported lazily."""
-    global _kernel
-    if _kernel is not None:
-        return _kernel
-    import triton
-    import triton.language as tl
+    """The @triton.jit kernel (backends/triton_kernels.py), imported on first use."""
+    from sglang_fp32gemm.backends.triton_kernels import splitk_fp32_kernel
 
-    # M is not specialised: one compile serves every M of a BM bucket.
-    @triton.jit(do_not_specialize=["M"])
-    def splitk_fp32_kernel(
-        x_ptr, w_ptr, out_ptr, ws_ptr, cnt_ptr,
-        M, N, K,
-        stride_xm, stride_wn, stride_om,
-        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-        SPLIT_K: tl.constexpr, K_ITERS: tl.constexpr,
-        UPCAST: tl.constexpr,
-    ):
-        pid_n = tl.program_id(0)
-        pid_k = tl.program_id(1)
-        pid_m = tl.program_id(2)
-        n_tiles = tl.num_programs(0)
-        m_tiles = tl.num_programs(2)
-
-        offs_m = pid_m * BM + tl.arange(0, BM)
-        offs_n = pid_n * BN + tl.arange(0, BN)
-        offs_k = tl.arange(0, BK)
-        mask_m = offs_m < M
-        # K_ITERS is a compile-time constant so k0 is a known multiple of BK:
-        # with a run-time K // SPLIT_K Triton cannot prove alignment and
-        # falls back to narrow loads (10-40x slower at SPLIT_K=7 on an H200).
-        k0 = pid_k * (K_ITERS * BK)
-        x_ptrs = x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :]
-        w_ptrs = w_ptr + offs_n[:, None] * stride_wn + (k0 + offs_k)[None, :]
-
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for _ in range(0, K_ITERS):
-            a = tl.load(x_ptrs, mask=mask_m[:, None], other=0.0)
-            b = tl.load(w_ptrs)
-            # bf16 x bf16 products are exact in fp32 and the dot accumulates
-            # in fp32: nothing is rounded to 16 bits.
-            if UPCAST:
-                # Triton's CPU interpreter mis-multiplies bf16 dots; exact
-                # fp32 ("ieee", not tf32) products give the same result.
-                acc = tl.dot(a.to(tl.float32), tl.trans(b.to(tl.float32)), acc,
-                             input_precision="ieee", out_dtype=tl.float32)
-            else:
-                acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.float32)
-            x_ptrs += BK
-            w_ptrs += BK
-
-        out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
-        if SPLIT_K == 1:
-            tl.store(out_ptrs, acc, mask=mask_m[:, None])
-        else:
-            tile = pid_m * n_tiles + pid_n
-            n_all_tiles = n_tiles * m_tiles
-            tile_offs = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
-            ws_tile = ws_ptr + tile * (BM * BN) + tile_offs
-            split_stride = n_all_tiles * BM * BN
-            tl.store(ws_tile + pid_k * split_stride, acc)
-            # Every thread's partial is written before the ticket is taken;
-            # acq_rel publishes them to the program that draws the last one.
-            tl.debug_barrier()
-            ticket = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
-            if ticket == SPLIT_K - 1:
-                # Unrolled, so all partial loads are in flight at once (one L2
-                # round trip), and summed in split order whichever program
-                # arrived last: the result is deterministic.
-                total = tl.zeros((BM, BN), dtype=tl.float32)
-                for s in tl.static_range(SPLIT_K):
-                    total += tl.load(ws_tile + s * split_stride, cache_modifier=".cg")
-                tl.store(out_ptrs, total, mask=mask_m[:, None])
-                # Leave the counter at zero for the next call on this stream.
-                tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
-
-    _kernel = splitk_fp32_kernel
-    return _kernel
+    return splitk_fp32_kernel
 
 
 def launch(

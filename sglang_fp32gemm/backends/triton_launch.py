@@ -126,14 +126,15 @@ class BoundKernel:
         device: torch.device,
         specimen: Sequence[Any],
         constexprs: dict[str, Any],
-        num_warps: int,
-        num_stages: int,
+        options: dict[str, Any],
         try_fast: bool = True,
     ) -> None:
         self.jit_fn = jit_fn
         self.device = device
         self.constexprs = dict(constexprs)
-        self.options = {"num_warps": num_warps, "num_stages": num_stages}
+        # num_warps, num_stages, launch_pdl: compile options, so the compiled
+        # kernel's C launcher applies launch_pdl itself on the fast path.
+        self.options = dict(options)
         names = list(getattr(jit_fn, "arg_names", []))
         n_rt = len(names) - len(constexprs)
         if names and (n_rt != len(specimen) or set(names[n_rt:]) != set(constexprs)):
