@@ -59,8 +59,8 @@ from sglang_fp32gemm.backends.triton_base import (
     TileConfig,
     TritonBackend,
     launch_once,
-    sm_count,
-    split_candidates,
+    split_plans,
+    with_pdl,
 )
 
 logger = logging.getLogger(__name__)
@@ -114,13 +114,6 @@ class GemvConfig(EpochConfig):
     PREFIX: ClassVar[str] = "triton_gemv_fp32"
     DOT: ClassVar[bool] = False
     TILE_LIMITS: ClassVar[dict[str, tuple[int, int]]] = {"bm": (2, 16), "bn": (1, 64), "bk": (32, 4096)}
-
-
-def with_pdl(cfgs: list[EpochConfig]) -> list[EpochConfig]:
-    """PDL copies of ``cfgs`` where the GPU has programmatic dependent launch (sm90+), else none."""
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
-        return []
-    return [dataclasses.replace(c, pdl=True) for c in cfgs if not c.pdl]
 
 
 class SyncBuffers(Buffers):
@@ -191,26 +184,19 @@ class TritonEpochBackend(TritonBackend):
         """
         if not 1 <= m <= MAX_M:
             return []
-        sms = sm_count()
         bm = 16 if m <= 16 else 32 if m <= 32 else 64
         m_tiles = (m + bm - 1) // bm
         plan = ((64, (64, 128, 256), 3, (4, 6)), (32, (128, 256), 2, (4,)), (128, (128, 256), 2, (4,)))
         out: list[EpochConfig] = []
-        for bn, bks, keep, stage_set in plan:
-            if n % bn:
-                continue
-            for bk in bks:
-                if k % bk:
-                    continue
-                tiles = (n // bn) * m_tiles
-                for sk in split_candidates(k // bk, tiles, sms, 0.8, 4.0, keep, 1.7, 1):
-                    iters = k // bk // sk
-                    for st in sorted({min(s, iters + 1) for s in stage_set}):
-                        if st < 2 or (bm + bn) * bk * 2 * st > 200 * 1024:
-                            continue
-                        cfg = EpochConfig(bm, bn, bk, sk, 4, st)
-                        if cfg not in out:
-                            out.append(cfg)
+        for bn0, bks, keep, stage_set in plan:
+            for bn, bk, sk in split_plans(n, k, m_tiles, [(bn0, bk) for bk in bks], 0.8, 4.0, keep, 1.7, 1):
+                iters = k // bk // sk
+                for st in sorted({min(s, iters + 1) for s in stage_set}):
+                    if st < 2 or (bm + bn) * bk * 2 * st > 200 * 1024:
+                        continue
+                    cfg = EpochConfig(bm, bn, bk, sk, 4, st)
+                    if cfg not in out:
+                        out.append(cfg)
         return out + with_pdl(out)
 
     def plan(self, cfg: EpochConfig, n: int) -> Callable[[int], Plan]:
@@ -251,15 +237,11 @@ class TritonGemvBackend(TritonEpochBackend):
         """
         if not 1 <= m <= 8:
             return []
-        sms = sm_count()
         bm = max(2, 1 << (m - 1).bit_length())
         out: list[EpochConfig] = []
         for warps in (4, 8):
-            for bn in (2, 4, 8, 16):
-                for bk in (256, 512, 1024):
-                    # 16-64 fp32 products a thread: enough loads in flight, no spills.
-                    if n % bn or k % bk or not 512 * warps <= bn * bm * bk <= 2048 * warps:
-                        continue
-                    for sk in split_candidates(k // bk, n // bn, sms, 1.0, 8.0, 1, 3.0, 1):
-                        out.append(GemvConfig(bm, bn, bk, sk, warps, 2))
+            # 16-64 fp32 products a thread: enough loads in flight, no spills.
+            tiles = [(bn, bk) for bn in (2, 4, 8, 16) for bk in (256, 512, 1024)
+                     if 512 * warps <= bn * bm * bk <= 2048 * warps]
+            out += [GemvConfig(bm, bn, bk, sk, warps, 2) for bn, bk, sk in split_plans(n, k, 1, tiles, 1.0, 8.0, 1, 3.0, 1)]
         return out + with_pdl(out)

@@ -177,6 +177,21 @@ def split_candidates(iters: int, tiles: int, sms: int, lo: float, hi: float, kee
     return sorted(ok[:keep])
 
 
+def split_plans(n: int, k: int, m_tiles: int, tiles: list[tuple[int, int]], lo: float, hi: float, keep: int,
+                target: float, min_iters: int) -> list[tuple[int, int, int]]:
+    """(BN, BK, split_k) for each (BN, BK) of ``tiles`` that divides N and K, with ``split_candidates``' splits."""
+    sms = sm_count()
+    return [(bn, bk, sk) for bn, bk in tiles if not (n % bn or k % bk)
+            for sk in split_candidates(k // bk, (n // bn) * m_tiles, sms, lo, hi, keep, target, min_iters)]
+
+
+def with_pdl(cfgs: list[TileConfig]) -> list[TileConfig]:
+    """PDL copies of ``cfgs`` where the GPU has programmatic dependent launch (sm90+), else none."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        return []
+    return [dataclasses.replace(c, pdl=True) for c in cfgs if not c.pdl]
+
+
 class Buffers:
     """One stream's pair of buffers: the kernel's scratch (flags or partials) and its int32 counters.
 

@@ -40,17 +40,8 @@ from typing import Any, Callable, ClassVar
 import torch
 
 from sglang_fp32gemm.backends.base import Verdict
-from sglang_fp32gemm.backends.triton_base import (
-    Allocate,
-    Buffers,
-    Plan,
-    StreamBuffers,
-    TileConfig,
-    TritonBackend,
-    launch_once,
-    sm_count,
-    split_candidates,
-)
+from sglang_fp32gemm.backends.triton_base import Allocate, Buffers, Plan, StreamBuffers, TileConfig, TritonBackend
+from sglang_fp32gemm.backends.triton_base import launch_once, split_plans, with_pdl
 
 logger = logging.getLogger(__name__)
 
@@ -140,27 +131,17 @@ class TritonSplitKBackend(TritonBackend):
         N <= 512 and M <= 32); BK 64/128/256 (128/256 past M=32); per (BN, BK) the three split counts whose
         grid is nearest 2.5 waves within 0.8-5 waves, at least 2 K steps each.
         """
-        sms = sm_count()
         big = m > 32
         bm = 16 if m <= 16 else 32 if m <= 32 else 64
         m_tiles = (m + bm - 1) // bm
         bns = (32, 64) if big or n > 512 else (16, 32)
         bks = (128, 256) if big else (64, 128, 256)
         stages_by_bk = {64: (4,), 128: (4, 5), 256: (4,)}
-        out: list[SplitKConfig] = []
-        for bn in bns:
-            if n % bn:
-                continue
-            for bk in bks:
-                if k % bk:
-                    continue
-                tiles = (n // bn) * m_tiles
-                for sk in split_candidates(k // bk, tiles, sms, 0.8, 5.0, 3, 2.5, 2):
-                    for st in stages_by_bk[bk]:
-                        if (bm + bn) * bk * 2 * st > 200 * 1024:
-                            continue  # over the 227 KB of shared memory
-                        out.append(SplitKConfig(bm, bn, bk, sk, 4, st))
-        return out
+        # over 200 KB of shared memory is too close to the 227 KB there are
+        out = [SplitKConfig(bm, bn, bk, sk, 4, st)
+               for bn, bk, sk in split_plans(n, k, m_tiles, [(bn, bk) for bn in bns for bk in bks], 0.8, 5.0, 3, 2.5, 2)
+               for st in stages_by_bk[bk] if (bm + bn) * bk * 2 * st <= 200 * 1024]
+        return out + with_pdl(out)
 
     def plan(self, cfg: SplitKConfig, n: int) -> Callable[[int], Plan]:
         n_tiles, bm, sk = n // cfg.bn, cfg.bm, cfg.split_k
