@@ -119,8 +119,9 @@ class RouteTable:
             self._telemetry.once(logging.INFO, f"sglang-fp32gemm: M={m} N={n} K={k} on {device} uses torch: "
                                  f"{e.reason}")
         if e.eager is not None:
-            self._telemetry.once(logging.INFO, f"sglang-fp32gemm: M={m} N={n} K={k} on {device}: eager calls use "
-                                 f"{e.eager.route} {e.eager.detail} ({e.eager.reason})")
+            a = e.eager
+            what = f"{a.route} {a.detail} ({a.reason})" if a.run is not None else f"torch ({a.reason})"
+            self._telemetry.once(logging.INFO, f"sglang-fp32gemm: M={m} N={n} K={k} on {device}: eager calls use {what}")
         return e
 
     def _make_entry(self, device: torch.device, m: int, n: int, k: int) -> Entry:
