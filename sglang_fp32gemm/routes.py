@@ -121,7 +121,8 @@ class RouteTable:
         if e.eager is not None:
             a = e.eager
             what = f"{a.route} {a.detail} ({a.reason})" if a.run is not None else f"torch ({a.reason})"
-            self._telemetry.once(logging.INFO, f"sglang-fp32gemm: M={m} N={n} K={k} on {device}: eager calls use {what}")
+            self._telemetry.once(logging.INFO, f"sglang-fp32gemm: M={m} N={n} K={k} on {device}: "
+                                 f"eager calls use {what}")
         return e
 
     def _make_entry(self, device: torch.device, m: int, n: int, k: int) -> Entry:
