@@ -28,11 +28,21 @@ def _shape_route(router: routing.Router, dev: Optional[DeviceKey], device: Optio
         # This device: the route itself, resolved as a call would resolve it
         # (bind and probe included).
         e = router.resolve(device, m, n, k)
-        return f"{e.route} {e.bound.kernel_name} ({e.reason})" if e.run is not None else f"torch ({e.reason})"
+        text = f"{e.route} {e.bound.kernel_name} ({e.reason})" if e.run is not None else f"torch ({e.reason})"
+        if e.eager is not None:  # the row's backend launches slowly outside a CUDA graph
+            a = e.eager
+            text += "; eager calls: " + (f"{a.route} {a.detail} (row {a.row.source})" if a.run is not None
+                                         else f"torch ({a.reason})")
+        return text
     p = router.plan(dev, m, n, k, check_available=False)
     if p.backend is None:
         return f"torch ({p.reason})"
-    return f"{p.backend.name} {p.backend.kernel_name(p.cfg)} ({p.reason})"
+    text = f"{p.backend.name} {p.backend.kernel_name(p.cfg)} ({p.reason})"
+    if p.eager is not None:
+        a = p.eager
+        text += "; eager calls: " + (f"{a.backend.name} {a.backend.kernel_name(a.cfg)} (row {a.row.source})"
+                                     if a.backend is not None else f"torch ({a.reason})")
+    return text
 
 
 def _compress(items: list[tuple[int, str]]) -> list[str]:

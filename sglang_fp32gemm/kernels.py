@@ -122,6 +122,17 @@ class KernelCache:
 
         return run
 
+    def warm(self, bound: Bound, device: torch.device, m: int, n: int, k: int) -> None:
+        """Run ``bound`` once at M on scratch inputs, outside capture (a failure disables it).
+
+        For a kernel whose eager calls go to another kernel (``Backend.eager_ok``
+        False): its first call at this M would otherwise come inside a CUDA-graph
+        capture, where per-M setup (the CuTe-DSL kernel compiles per M) cannot run.
+        """
+        x = torch.zeros((m, k), dtype=torch.bfloat16, device=device)
+        w = torch.zeros((n, k), dtype=torch.bfloat16, device=device)
+        self.guard(bound)(x, w)
+
     def _disable(self, bound: Bound, device: torch.device, exc: Exception) -> None:
         why = f"raised at run time ({type(exc).__name__}: {exc})"
         with self._lock:

@@ -5,6 +5,11 @@ row's libtype that parses the kernelName, is available, allows the mode and
 takes the shape). ``entry`` turns a plan into an ``Entry`` (a bound, probed
 kernel, or the fallback and its reason) the first time a shape is seen,
 outside graph capture, and caches it in a list indexed by M.
+
+A row whose backend is not ``eager_ok`` also gets what eager calls take
+instead (``Plan.eager``, ``Entry.eager``): the row of the same (device, N, K)
+nearest M (the smallest M at or above, else the largest below) whose backend
+is ``eager_ok`` and takes this M, bound like any row; none: the fallback.
 """
 
 from __future__ import annotations
@@ -28,11 +33,11 @@ CAPTURE_REASON = "not resolved before graph capture"
 class Entry:
     """What calls of one shape (or one fallback reason) get: a kernel, or the fallback and why."""
 
-    __slots__ = ("run", "bound", "reason", "row", "key", "first_log")
+    __slots__ = ("run", "bound", "reason", "row", "key", "first_log", "eager")
 
     def __init__(self, run: Optional[Callable], bound: Optional[Bound], reason: str,
                  row: Optional[TunedRow] = None, counted: bool = True,
-                 first_log: Optional[tuple[int, str]] = None):
+                 first_log: Optional[tuple[int, str]] = None, eager: Optional["Entry"] = None):
         #: run(x, w) -> out, or None when the kernel raised; None: take the fallback.
         self.run = run
         self.bound = bound
@@ -42,6 +47,9 @@ class Entry:
         self.key: Optional[Key] = (self.route, self.detail) if counted else None
         #: (level, message) logged once, at the first counted call.
         self.first_log = first_log
+        #: What calls outside graph capture take instead (the row's backend is
+        #: not eager_ok); None: they take this entry.
+        self.eager = eager
 
     @property
     def route(self) -> str:
@@ -60,6 +68,8 @@ class Plan:
     cfg: Any
     row: Optional[TunedRow]
     reason: str
+    #: The plan eager calls take instead, when ``backend`` is not eager_ok.
+    eager: Optional["Plan"] = None
 
 
 class RouteTable:
@@ -108,18 +118,32 @@ class RouteTable:
         if e.run is None:
             self._telemetry.once(logging.INFO, f"sglang-fp32gemm: M={m} N={n} K={k} on {device} uses torch: "
                                  f"{e.reason}")
+        if e.eager is not None:
+            a = e.eager
+            what = f"{a.route} {a.detail} ({a.reason})" if a.run is not None else f"torch ({a.reason})"
+            self._telemetry.once(logging.INFO, f"sglang-fp32gemm: M={m} N={n} K={k} on {device}: "
+                                 f"eager calls use {what}")
         return e
 
     def _make_entry(self, device: torch.device, m: int, n: int, k: int) -> Entry:
         if device.type not in self.device_types:
             return Entry(None, None, f"{device.type} tensors")
         p = self.plan(self.device_key_of(device), m, n, k)
+        eager = self._bind(p.eager, device, m, n, k) if p.eager is not None else None
+        return self._bind(p, device, m, n, k, eager)
+
+    def _bind(self, p: Plan, device: torch.device, m: int, n: int, k: int,
+              eager: Optional[Entry] = None) -> Entry:
         if p.backend is None:
             return Entry(None, None, p.reason, p.row)
         bound = self.kernels.get(p.backend, p.cfg, device, n, k, p.row.M)
+        if bound.fn is not None and eager is not None:
+            # Eager calls of this M go elsewhere, so the first call of this
+            # kernel at this M would come inside a capture: run it here.
+            self.kernels.warm(bound, device, m, n, k)
         if bound.fn is None:
-            return Entry(None, bound, bound.disabled_reason, p.row)
-        return Entry(self.kernels.guard(bound), bound, p.reason, p.row)
+            return Entry(None, bound, bound.disabled_reason, p.row, eager=eager)
+        return Entry(self.kernels.guard(bound), bound, p.reason, p.row, eager=eager)
 
     def retire(self, bound: Bound) -> None:
         """A kernel disabled at run time: its entries become fallbacks with its reason."""
@@ -127,7 +151,9 @@ class RouteTable:
             for route in self._routes.values():
                 for i, e in enumerate(route):
                     if e is not None and e.bound is bound and e.run is not None:
-                        route[i] = Entry(None, bound, bound.disabled_reason, e.row)
+                        route[i] = e = Entry(None, bound, bound.disabled_reason, e.row, eager=e.eager)
+                    if e is not None and e.eager is not None and e.eager.bound is bound and e.eager.run is not None:
+                        e.eager = Entry(None, bound, bound.disabled_reason, e.eager.row)
 
     def device_key_of(self, device: torch.device) -> Optional[DeviceKey]:
         idx = device.index if device.index is not None else -1
@@ -153,11 +179,38 @@ class RouteTable:
             return Plan(None, None, None, "bad configuration")
         if dev is None:
             return Plan(None, None, None, "no device key")
-        det = self.deterministic
-        row = self.config.det_table.lookup(dev, m, n, k) if det else None
-        row = row or self.config.table.lookup(dev, m, n, k)
+        row = self._row(dev, m, n, k)
         if row is None:
             return Plan(None, None, None, f"no tuned row for {dev} N={n} K={k} at this M")
+        p = self._plan_row(row, m, n, k, check_available)
+        if p.backend is not None and not p.backend.eager_ok:
+            p = dataclasses.replace(p, eager=self._eager_plan(dev, p, m, n, k, check_available))
+        return p
+
+    def _row(self, dev: DeviceKey, m: int, n: int, k: int) -> Optional[TunedRow]:
+        row = self.config.det_table.lookup(dev, m, n, k) if self.deterministic else None
+        return row or self.config.table.lookup(dev, m, n, k)
+
+    def _eager_plan(self, dev: DeviceKey, p: Plan, m: int, n: int, k: int, check_available: bool) -> Plan:
+        """What eager calls take instead of ``p``: the row of (dev, N, K) nearest M whose backend is eager_ok."""
+        tables = (self.config.table, self.config.det_table) if self.deterministic else (self.config.table,)
+        ms = sorted({r.M for t in tables for r in t.rows()
+                     if (r.gfx, r.cu_num, r.N, r.K) == (dev.gfx, dev.cu_num, n, k)})
+        why = f"eager call: {p.backend.name} host cost exceeds torch's"
+        seen = {p.row}
+        for mm in [c for c in ms if c >= m] + [c for c in reversed(ms) if c < m]:
+            row = self._row(dev, mm, n, k)
+            if row is None or row in seen:
+                continue
+            seen.add(row)
+            alt = self._plan_row(row, m, n, k, check_available)
+            if alt.backend is not None and alt.backend.eager_ok:
+                return dataclasses.replace(alt, reason=f"{alt.reason}; {why}")
+        return Plan(None, None, None, f"{why}; no eager-capable row for this shape")
+
+    def _plan_row(self, row: TunedRow, m: int, n: int, k: int, check_available: bool) -> Plan:
+        """The first backend of the row's libtype that parses its kernelName and takes this call."""
+        det = self.deterministic
         candidates = self.backends.get(row.libtype)
         if not candidates:
             return Plan(None, None, row, f"row {row.source}: libtype {row.libtype} is served by torch")

@@ -9,6 +9,10 @@ Every call, from either SGLang hook, ``Router.call``, ``describe_call`` or
 3. eligible? (``ineligible(x, w)``: the cheap checks a bound kernel relies on)
 4. the route table's entry for (device, N, K, M): a bound, probed kernel, or
    the fallback and its reason (``routes.py``, resolved once per shape).
+5. only for an entry whose backend's eager launch costs more host time than
+   torch's (``Backend.eager_ok`` False): not under CUDA-graph capture
+   (``capturing``)? then the entry's eager alternative, another row's kernel
+   or the fallback.
 
 The router receives a ``Config``; ``get_router()`` loads the process's
 configuration once. Kernels (``kernels.py``), routes (``routes.py``) and
@@ -41,6 +45,15 @@ UNSELECTED = "layer not selected"
 NO_LAYER = "no compressor layer (a layer file is set)"
 BAD_CONFIG = "bad configuration"
 GRAD = "inputs require grad"
+
+
+# The capture state of the current stream, without torch.cuda's Python wrapper.
+_stream_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
+
+
+def capturing(x: torch.Tensor) -> bool:
+    """Whether ``x``'s call is being captured into a CUDA graph (CPU tensors: never); tests patch this."""
+    return x.is_cuda and _stream_capturing()
 
 
 def ineligible(x: torch.Tensor, w: torch.Tensor) -> Optional[str]:
@@ -103,8 +116,13 @@ class Router:
         sel = self.config.selection if self.config is not None else None
         return Caller(layer, sel is not None and sel.selects(layer))
 
-    def decide(self, x: torch.Tensor, w: torch.Tensor, caller: Optional[Caller] = None) -> Entry:
-        """The entry this call takes (counts nothing)."""
+    def decide(self, x: torch.Tensor, w: torch.Tensor, caller: Optional[Caller] = None,
+               captured: Optional[bool] = None) -> Entry:
+        """The entry this call takes (counts nothing).
+
+        ``captured``: decide as for a call under (True) or outside (False)
+        CUDA-graph capture; None: as this call is.
+        """
         if not self.enabled:
             return self._off
         caller = caller or self._no_layer
@@ -113,7 +131,10 @@ class Router:
         why = ineligible(x, w)
         if why is not None:
             return self._reason(why)
-        return self.routes.get(x.device, x.shape[0], w.shape[0], x.shape[1])
+        e = self.routes.get(x.device, x.shape[0], w.shape[0], x.shape[1])
+        if e.eager is not None and not (capturing(x) if captured is None else captured):
+            return e.eager
+        return e
 
     def kernel_for(self, x: torch.Tensor, w: torch.Tensor, caller: Optional[Caller] = None) -> Optional[Callable]:
         """The hot path: decide, count, and return the kernel's ``run`` or None (take the fallback).
@@ -142,10 +163,10 @@ class Router:
                 return out
         return fallback() if fallback is not None else torch_ref.mm_fp32(x, w)
 
-    def describe_call(self, x: torch.Tensor, w: torch.Tensor,
-                      layer: Optional[LayerInfo] = None) -> tuple[str, str]:
-        """(route, kernelName or reason) a call would take; resolves, counts nothing."""
-        e = self.decide(x, w, self.caller(layer))
+    def describe_call(self, x: torch.Tensor, w: torch.Tensor, layer: Optional[LayerInfo] = None,
+                      captured: Optional[bool] = None) -> tuple[str, str]:
+        """(route, kernelName or reason) a call would take; resolves, counts nothing (``captured``: as decide)."""
+        e = self.decide(x, w, self.caller(layer), captured)
         return e.route, (e.detail if e.run is None else f"{e.detail} ({e.reason})")
 
     # -- for explain, demo, bench and tests ------------------------------------

@@ -56,6 +56,12 @@ class Backend(abc.ABC):
     #: hardware: the first probe of each kernel runs in a child process, so
     #: a GPU fault or hang there cannot take SGLang down.
     isolated_probe: bool = False
+    #: Whether an eager call (not under CUDA-graph capture) costs less host
+    #: time than torch.mm. False: eager calls of its rows go to the nearest
+    #: row of the shape whose backend is eager_ok (``routes.py``); captured
+    #: calls still run it, so the router runs it once at each M as it resolves
+    #: that M (outside capture), for whatever it sets up per M.
+    eager_ok: bool = True
 
     @abc.abstractmethod
     def available(self) -> Verdict:

@@ -192,6 +192,10 @@ class CuteDSLWarpBackend(Backend):
     # shipped tactic): the in-process probe before first use is enough; the
     # child-process probe is for kernels never run on their hardware.
     isolated_probe = False
+    # Eager host time 99-166 us per call against torch.mm's 18-28 (H200 run 9,
+    # docs/benchmarks/README.md): SGLang's run_warp_splitk_dense re-converts
+    # its tensors on every call. Captured calls replay only the launch.
+    eager_ok = False
 
     def available(self) -> Verdict:
         if not torch.cuda.is_available():

@@ -90,7 +90,7 @@ class Bench:
                                "source": {}, "note": {}, "floor_us": round(timing.floor_us(m, n, k), 3)}
         rec["us"]["torch"] = self._time(self.torch_fn, x, weights, rec["note"], "torch")
         try:
-            rec["route"] = common.route_of(x, weights[0])
+            rec["route"] = common.route_of(x, weights[0], captured=True)
         except Exception as e:
             rec["route"] = f"? ({type(e).__name__}: {e})"
         rec["us"]["routed"] = self._time(self.routed, x, weights, rec["note"], "routed")
@@ -183,7 +183,7 @@ class Bench:
                 variants[name] = fn
                 rec["kernel"][name] = kernel
         try:
-            rec["route"] = common.route_of(x, wf[0])
+            rec["route"] = common.route_of(x, wf[0], captured=True)
         except Exception as e:
             rec["route"] = f"? ({type(e).__name__}: {e})"
         b0, _ = self.timer.step(base, replays)

@@ -100,7 +100,7 @@ def _route_check(ctx: Ctx, x: torch.Tensor, counted: dict) -> dict:
         for s in steps:
             if s.kind != region.GEMM_FP32:
                 continue
-            e = router.decide(x, w[s.name])
+            e = router.decide(x, w[s.name], captured=True)
             expected[e.key] += 1
             named = e.row.kernelName if e.row is not None else None
             table[str(s.n)] = f"{e.route}:{e.detail}"

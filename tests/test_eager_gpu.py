@@ -1,0 +1,77 @@
+"""Eager and captured calls of a ``cutedsl`` row on a real NVIDIA GPU (skipped elsewhere).
+
+The packaged table routes some shapes to SGLang's CuTe-DSL kernel, whose eager
+launch costs more host time than torch.mm: an eager call of such a shape runs
+the nearest Triton row's kernel, a captured one the row's own kernel; the
+counters say which ran, and both results are exact.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sglang_fp32gemm.exactness import measure, random_bf16, reference
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or getattr(torch.version, "hip", None) is not None,
+    reason="needs an NVIDIA GPU",
+)
+
+
+def _cutedsl_row(router, key):
+    """(M, N, K, row plan) of a cutedsl row of this device with an eager alternative; M inside its bucket."""
+    for row in sorted(router.config.table.rows(), key=lambda r: (r.N, r.K, -r.M)):
+        if (row.gfx, row.cu_num, row.libtype) != (key.gfx, key.cu_num, "cutedsl"):
+            continue
+        # One below the row's M when that M still takes this row: it is run at an M its probe did not run.
+        for m in (row.M - 1, row.M):
+            p = router.plan(key, m, row.N, row.K) if m >= 1 else None
+            if p is not None and p.row == row and p.backend is not None and p.eager.backend is not None:
+                return m, row.N, row.K, p
+    pytest.skip(f"no cutedsl row with an eager alternative for {key}")
+
+
+def _exact(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
+    r = measure(out, reference(x, w))
+    assert r.finite and r.ok, r
+
+
+def test_an_eager_call_of_a_cutedsl_row_runs_triton_and_a_captured_one_cutedsl(monkeypatch):
+    from sglang_fp32gemm import routing, settings
+    from sglang_fp32gemm.table import device_key
+
+    monkeypatch.setenv(settings.ENABLE_VAR, "1")
+    settings.reload()
+    router = routing.reset_router()
+    ok, why = router.available().get("cutedsl", (False, "no cutedsl backend"))
+    if not ok:
+        pytest.skip(f"cutedsl: {why}")
+    dev = torch.device("cuda", torch.cuda.current_device())
+    m, n, k, p = _cutedsl_row(router, device_key(dev))
+    row_key = ("cutedsl", p.backend.kernel_name(p.cfg))
+    eager_key = (p.eager.backend.name, p.eager.backend.kernel_name(p.eager.cfg))
+    assert eager_key[0] in ("triton", "triton-det"), eager_key
+    x, w = random_bf16(m, k, device=dev), random_bf16(n, k, device=dev)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # eager, on the stream the graph is captured on (as SGLang warms up)
+        eager = [routing.linear_bf16_fp32(x, w) for _ in range(2)]
+    torch.cuda.synchronize()
+    for out in eager:
+        _exact(out, x, w)
+    assert router.counters() == {eager_key: 2}
+    assert router.describe_call(x, w)[0] == eager_key[0]
+    assert router.describe_call(x, w, captured=True)[0] == "cutedsl"
+
+    router.reset_counters()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        out = routing.linear_bf16_fp32(x, w)
+    assert router.counters() == {row_key: 1}  # compiled at this M when resolved, not a fallback
+    for _ in range(2):
+        x.copy_(random_bf16(m, k, device=dev))
+        g.replay()
+        torch.cuda.synchronize()
+        _exact(out, x, w)

@@ -1,0 +1,202 @@
+"""Eager calls of rows whose backend launches slowly (``Backend.eager_ok`` False), with fake backends on CPU.
+
+A call under CUDA-graph capture takes its row's kernel; an eager call takes
+the nearest row of the same (device, N, K) whose backend is eager_ok and
+takes its M, or the fallback. The capture state is faked by patching
+``routing.capturing``, the one place the router reads it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from conftest import assert_fp32_close, rand_bf16
+from fakes.fake_backends import FAKE_KERNEL, FAKE_KEY, OTHER_KERNEL, ExactFake, RaisingFake, make_router
+from sglang_fp32gemm import explain as explain_mod
+from sglang_fp32gemm import routing
+from sglang_fp32gemm.backends import probe as probe_mod
+
+N, K = 32, 64
+SLOW_KERNEL = "fake_slow_launch_kernel"
+# Rows: the slow kernel at M 1, 2, 4 and 64; eager-capable ones at M 8 (FAKE) and 32 (OTHER).
+ROWS = [(1, N, K, SLOW_KERNEL), (2, N, K, SLOW_KERNEL), (4, N, K, SLOW_KERNEL), (8, N, K, FAKE_KERNEL),
+        (32, N, K, OTHER_KERNEL), (64, N, K, SLOW_KERNEL)]
+LINE = {m: f"fake.csv:{i + 2}" for i, (m, *_) in enumerate(ROWS)}  # rows start on line 2
+NO_ALT = "eager call: slow host cost exceeds torch's; no eager-capable row for this shape"
+SLOW = ("slow", SLOW_KERNEL)
+
+
+class SlowLaunchFake(ExactFake):
+    """Exact, but its eager launch is declared heavy (as cutedsl's)."""
+
+    eager_ok = False
+
+
+def slow(**kw) -> SlowLaunchFake:
+    return SlowLaunchFake(name="slow", kernels=(SLOW_KERNEL,), **kw)
+
+
+def fast(cls=ExactFake, **kw) -> ExactFake:
+    return cls(name="fast", kernels=(FAKE_KERNEL, OTHER_KERNEL), **kw)
+
+
+@pytest.fixture
+def capture(monkeypatch) -> list:
+    """``capture[0]``: whether calls are under CUDA-graph capture (starts False)."""
+    state = [False]
+    monkeypatch.setattr(routing, "capturing", lambda x: state[0])
+    return state
+
+
+def _call(r, m: int, w, captured: bool, capture: list):
+    capture[0] = captured
+    x = rand_bf16(m, K)
+    before = r.counters()
+    out = r.call(x, w)
+    assert_fp32_close(out, x, w)
+    (key, n), = ((k_, v - before.get(k_, 0)) for k_, v in r.counters().items() if v != before.get(k_, 0))
+    assert n == 1
+    return key
+
+
+@pytest.mark.parametrize("m, eager", [(1, FAKE_KERNEL), (3, FAKE_KERNEL), (4, FAKE_KERNEL),
+                                      (40, OTHER_KERNEL), (64, OTHER_KERNEL)])
+def test_captured_calls_run_the_rows_kernel_and_eager_calls_the_nearest_eager_capable_row(m, eager, capture):
+    # M <= 4: the smallest row at or above is M=8's; M 40-64 (the M=64 row): none above, M=32's is the largest below.
+    s, f = slow(), fast()
+    r = make_router([s, f], shapes=ROWS)
+    w = rand_bf16(N, K)
+    for _ in range(2):
+        assert _call(r, m, w, False, capture) == ("fast", eager)
+        assert _call(r, m, w, True, capture) == SLOW
+    assert r.counters() == {("fast", eager): 2, SLOW: 2}
+    assert s.violations == [] and f.violations == []
+
+
+def test_describe_call_says_what_an_eager_and_a_captured_call_get(capture):
+    r = make_router([slow(), fast()], shapes=ROWS)
+    x, w = rand_bf16(2, K), rand_bf16(N, K)
+    eager = ("fast", f"{FAKE_KERNEL} (row {LINE[8]}; eager call: slow host cost exceeds torch's)")
+    captured = ("slow", f"{SLOW_KERNEL} (row {LINE[2]})")
+    assert r.describe_call(x, w) == eager  # not capturing
+    assert r.describe_call(x, w, captured=True) == captured
+    assert r.describe_call(x, w, captured=False) == eager
+    capture[0] = True
+    assert r.describe_call(x, w) == captured
+    assert r.counters() == {}
+
+
+def test_the_alternative_must_take_the_calls_m(capture):
+    class NotBelow8(ExactFake):
+        def supports(self, cfg, m, n, k):
+            self._count("supports")
+            return (False, "M < 8") if cfg.name == FAKE_KERNEL and m < 8 else (True, "ok")
+
+    r = make_router([slow(), fast(NotBelow8)], shapes=ROWS)
+    w = rand_bf16(N, K)
+    assert _call(r, 4, w, False, capture) == ("fast", OTHER_KERNEL)  # M=8's kernel declines M=4: M=32's
+
+
+def test_no_eager_capable_row_sends_eager_calls_to_the_fallback_with_one_log(capture, caplog):
+    s = slow()
+    r = make_router([s], shapes=[(1, N, K, SLOW_KERNEL), (8, N, K, SLOW_KERNEL)])
+    w = rand_bf16(N, K)
+    with caplog.at_level(logging.INFO, logger="sglang_fp32gemm"):
+        for _ in range(3):
+            assert _call(r, 8, w, False, capture) == ("torch", NO_ALT)
+        assert _call(r, 8, w, True, capture) == SLOW
+    assert r.counters() == {("torch", NO_ALT): 3, SLOW: 1}
+    said = [rec.getMessage() for rec in caplog.records if "eager calls use" in rec.getMessage()]
+    assert said == [f"sglang-fp32gemm: M=8 N={N} K={K} on cpu: eager calls use torch ({NO_ALT})"]
+
+
+def test_eager_capable_rows_never_read_the_capture_state(monkeypatch):
+    def read(x):
+        raise AssertionError("the capture state was read for an eager_ok row")
+
+    monkeypatch.setattr(routing, "capturing", read)
+    r = make_router([slow(), fast()], shapes=ROWS)
+    w = rand_bf16(N, K)
+    for m in (8, 17, 32):  # 17: the M=32 row
+        x = rand_bf16(m, K)
+        assert_fp32_close(r.call(x, w), x, w)
+    assert r.counters() == {("fast", FAKE_KERNEL): 1, ("fast", OTHER_KERNEL): 2}
+    assert all(e.eager is None for e in r.entries().values())
+
+
+def test_the_rows_kernel_is_bound_probed_and_run_at_each_m_when_resolved(capture):
+    # Its eager calls go elsewhere, so whatever it sets up per M (the CuTe-DSL
+    # kernel compiles per M) must happen before a capture: at resolution.
+    s, f = slow(), fast()
+    r = make_router([s, f], shapes=ROWS)
+    w = rand_bf16(N, K)
+    for m in (3, 3, 1):
+        _call(r, m, w, False, capture)
+    assert s.binds == [(SLOW_KERNEL, "cpu", N, K)] and f.binds == [(FAKE_KERNEL, "cpu", N, K)]
+    # The probe's runs (at its row's M, 4), then one run at each resolved M; no eager call ran it.
+    assert s.shapes == [(4, N, K)] * probe_mod.TRIALS + [(3, N, K), (1, N, K)]
+    assert f.shapes[probe_mod.TRIALS:] == [(3, N, K), (3, N, K), (1, N, K)]
+
+
+def test_a_failing_alternative_sends_eager_calls_to_the_fallback_and_leaves_captured_ones(capture):
+    f = fast(RaisingFake, ok_runs=probe_mod.TRIALS)  # passes its probe, then raises
+    r = make_router([slow(), f], shapes=ROWS)
+    w = rand_bf16(N, K)
+    assert _call(r, 2, w, False, capture) == ("fast", FAKE_KERNEL)  # raised: this call took the fallback
+    why = f"fast {FAKE_KERNEL}: raised at run time (RuntimeError: fake kernel launch failed)"
+    assert _call(r, 2, w, False, capture) == ("torch", why)
+    assert _call(r, 2, w, True, capture) == SLOW
+
+
+def test_a_failing_row_kernel_leaves_eager_calls_on_the_alternative(capture):
+    class SlowRaising(RaisingFake):
+        eager_ok = False
+
+    # Probe and warm-up pass; the first captured call raises.
+    r = make_router([SlowRaising(name="slow", kernels=(SLOW_KERNEL,), ok_runs=probe_mod.TRIALS + 1), fast()],
+                    shapes=ROWS)
+    w = rand_bf16(N, K)
+    assert _call(r, 2, w, True, capture) == SLOW
+    assert _call(r, 2, w, True, capture)[0] == "torch"
+    assert _call(r, 2, w, False, capture) == ("fast", FAKE_KERNEL)
+
+
+def test_deterministic_mode_takes_only_a_deterministic_alternative(capture):
+    r = make_router([slow(), fast(deterministic=False)], shapes=ROWS, deterministic=True)
+    w = rand_bf16(N, K)
+    assert _call(r, 2, w, True, capture) == SLOW
+    assert _call(r, 2, w, False, capture) == ("torch", NO_ALT)
+
+
+def test_cpu_tensors_are_never_captured(monkeypatch):
+    def read():
+        raise AssertionError("read the CUDA stream for a CPU tensor")
+
+    monkeypatch.setattr(routing, "_stream_capturing", read)
+    assert routing.capturing(torch.zeros(2, 2)) is False
+
+
+def test_explain_shows_what_eager_calls_of_a_slow_rows_shape_get():
+    r = make_router([slow(), fast()], shapes=ROWS)
+    want = {1: f"slow {SLOW_KERNEL} (row {LINE[1]}); eager calls: fast {FAKE_KERNEL} (row {LINE[8]})",
+            8: f"fast {FAKE_KERNEL} (row {LINE[8]})",
+            64: f"slow {SLOW_KERNEL} (row {LINE[64]}); eager calls: fast {OTHER_KERNEL} (row {LINE[32]})"}
+    for m, text in want.items():
+        assert explain_mod._shape_route(r, FAKE_KEY, None, m, N, K) == text  # from the table (a device key)
+        assert explain_mod._shape_route(r, None, torch.device("cpu"), m, N, K) == text  # resolved here
+    alone = make_router([slow()], shapes=ROWS[:3])
+    assert explain_mod._shape_route(alone, FAKE_KEY, None, 2, N, K) == \
+        f"slow {SLOW_KERNEL} (row {LINE[2]}); eager calls: torch ({NO_ALT})"
+
+
+def test_explain_for_an_h200_names_the_eager_kernel_of_every_cutedsl_row():
+    code, text = explain_mod.explain("sm90:132", max_m=32)
+    assert code == 0, text
+    cutedsl = [line for line in text.splitlines() if line.strip().startswith("M=") and " cutedsl " in line]
+    assert cutedsl, text  # the packaged sm90 table routes some shapes to cutedsl
+    for line in cutedsl:
+        assert "; eager calls: triton triton_epoch_fp32_" in line, line
+    assert not any("eager calls" in line for line in text.splitlines() if " triton triton" in line.split(";")[0])
