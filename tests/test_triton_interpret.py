@@ -182,7 +182,8 @@ def test_gemv_candidates_only_for_m_le_8_and_valid():
         cands = be.candidates(m, n, k)
         if m > 8:
             continue
-        assert 1 <= len([c for c in cands if not c.pdl]) <= 16, (m, n, k)
+        assert 1 <= len(cands) <= 32, (m, n, k)
+        assert any(c.split_k == 1 for c in cands), (m, n, k)  # the whole K in one program
         for c in cands:
             assert c.bm == max(2, 1 << (m - 1).bit_length()) and be.supports(c, m, n, k) == (True, "ok")
             assert be.parse(be.kernel_name(c)) == c
@@ -195,10 +196,9 @@ def test_candidates_are_small_valid_and_round_trip(which):
     be = TritonSplitKBackend() if which == "ticket" else TritonEpochBackend()
     for m, n, k in DSV4 + [(64, 1024, 7168), (128, 2560, 7168), (MAX_M, 512, 4096)]:
         cands = be.candidates(m, n, k)
-        base = [c for c in cands if not c.pdl]
-        # PDL copies only where the GPU has PDL, and only of the base configs
-        assert {replace(c, pdl=False) for c in cands if c.pdl} <= set(base)
-        assert 4 <= len(base) <= 26, (m, n, k, len(base))
+        # PDL forms only where the GPU has PDL (sm90: every config that fits)
+        assert torch.cuda.is_available() or not any(c.pdl for c in cands)
+        assert 4 <= len(cands) <= 26, (m, n, k, len(cands))
         assert len(set(cands)) == len(cands)
         for c in cands:
             assert be.supports(c, m, n, k) == (True, "ok"), (c, m, n, k)

@@ -197,7 +197,7 @@ class TritonEpochBackend(TritonBackend):
                     cfg = EpochConfig(bm, bn, bk, sk, 4, st)
                     if cfg not in out:
                         out.append(cfg)
-        return out + with_pdl(out)
+        return with_pdl(out) or out
 
     def plan(self, cfg: EpochConfig, n: int) -> Callable[[int], Plan]:
         n_tiles, bm, sk = n // cfg.bn, cfg.bm, cfg.split_k
@@ -241,7 +241,12 @@ class TritonGemvBackend(TritonEpochBackend):
         out: list[EpochConfig] = []
         for warps in (4, 8):
             # 16-64 fp32 products a thread: enough loads in flight, no spills.
-            tiles = [(bn, bk) for bn in (2, 4, 8, 16) for bk in (256, 512, 1024)
+            tiles = [(bn, bk) for bn in (1, 2, 4, 8, 16) for bk in (256, 512, 1024)
                      if 512 * warps <= bn * bm * bk <= 2048 * warps]
-            out += [GemvConfig(bm, bn, bk, sk, warps, 2) for bn, bk, sk in split_plans(n, k, 1, tiles, 1.0, 8.0, 1, 3.0, 1)]
-        return out + with_pdl(out)
+            # Whole K in one program (no reduction, a plain store), at most 16 unrolled steps ...
+            out += [GemvConfig(bm, bn, bk, 1, warps, 1) for bn, bk in tiles
+                    if not (n % bn or k % bk) and k // bk <= 16 and bn <= 4]
+            # ... or split K near 3 waves.
+            out += [GemvConfig(bm, bn, bk, sk, warps, 1) for bn, bk, sk in split_plans(n, k, 1, tiles, 1.0, 8.0, 1, 3.0, 1)
+                    if sk > 1 and bn >= 2]
+        return with_pdl(out) or out

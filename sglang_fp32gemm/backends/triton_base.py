@@ -185,11 +185,23 @@ def split_plans(n: int, k: int, m_tiles: int, tiles: list[tuple[int, int]], lo: 
             for sk in split_candidates(k // bk, (n // bn) * m_tiles, sms, lo, hi, keep, target, min_iters)]
 
 
+#: Shared memory a config may plan for (of the H200's 227 KB a block).
+SMEM_BUDGET = 200 * 1024
+
+
 def with_pdl(cfgs: list[TileConfig]) -> list[TileConfig]:
-    """PDL copies of ``cfgs`` where the GPU has programmatic dependent launch (sm90+), else none."""
+    """``cfgs`` as PDL configs where the GPU has programmatic dependent launch (sm90+), else [].
+
+    PDL won over the same config without it in 23 of 24 pairs timed on the
+    H200 (docs/benchmarks/README.md, run 10), so on sm90 the search space
+    holds the PDL form only. Its first W tile is held outside the pipeline:
+    a dot config whose stages plus that tile pass ``SMEM_BUDGET`` keeps its
+    plain form.
+    """
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         return []
-    return [dataclasses.replace(c, pdl=True) for c in cfgs if not c.pdl]
+    return [dataclasses.replace(c, pdl=True)
+            if not c.DOT or (c.bm + c.bn) * c.bk * 2 * (c.num_stages + 1) <= SMEM_BUDGET else c for c in cfgs]
 
 
 class Buffers:

@@ -84,17 +84,20 @@ def k_loop(w0, w_ptrs, x_ptrs, mask_m, BM: tl.constexpr, BN: tl.constexpr, BK: t
         acc = _mac(acc, w0, tl.load(x_ptrs, mask=mask_m[:, None], other=0.0), SWAP, DOT, UPCAST)
         w_ptrs += BK
         x_ptrs += BK
-        for _ in range(0, K_ITERS - 1):
+    if DOT:
+        for _ in range(0, K_ITERS - PDL):
             acc = _mac(acc, tl.load(w_ptrs), tl.load(x_ptrs, mask=mask_m[:, None], other=0.0), SWAP, DOT, UPCAST)
             w_ptrs += BK
             x_ptrs += BK
-        if not UPCAST:
-            gdc_launch_dependents()
     else:
-        for _ in range(0, K_ITERS):
+        # GEMV: unrolled, so the W loads of every step can be in flight at once
+        # (Triton does not pipeline loads that feed no dot).
+        for _ in tl.static_range(0, K_ITERS - PDL):
             acc = _mac(acc, tl.load(w_ptrs), tl.load(x_ptrs, mask=mask_m[:, None], other=0.0), SWAP, DOT, UPCAST)
             w_ptrs += BK
             x_ptrs += BK
+    if PDL and not UPCAST:
+        gdc_launch_dependents()
     if DOT:
         return acc
     else:
