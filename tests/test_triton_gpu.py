@@ -1,8 +1,8 @@
 """The fast NVIDIA backends on a real GPU, through ``bind()`` (skipped elsewhere).
 
-``triton-det`` (ticket kernel), ``triton`` (epoch kernel), ``triton-gemv``
-(its GEMV form, M <= 8) and ``cutedsl`` (SGLang's CuTe-DSL warp split-K),
-with and without PDL, at the DSv4 shapes: K 7168 and 4096, N 512,
+``triton-det`` (ticket kernel), ``triton`` (epoch kernel) and ``cutedsl``
+(SGLang's CuTe-DSL warp split-K), the Triton kernels with and without PDL,
+at the DSv4 shapes: K 7168 and 4096, N 512,
 1024, 2048 and 2560, M 1..32. Reference in float64, fresh random inputs each
 check, the caching allocator's block for ``out`` poisoned with NaN before
 each call so that unwritten elements show.
@@ -10,7 +10,6 @@ each call so that unwritten elements show.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import pytest
@@ -40,7 +39,7 @@ _BOUND: dict[tuple, object] = {}
 def backend(which: str):
     if which not in _BACKENDS:
         _BACKENDS[which] = {"triton-det": ts.TritonSplitKBackend, "triton": te.TritonEpochBackend,
-                            "triton-gemv": te.TritonGemvBackend, "cutedsl": CuteDSLWarpBackend}[which]()
+                            "cutedsl": CuteDSLWarpBackend}[which]()
     be = _BACKENDS[which]
     ok, why = be.available()
     if not ok:
@@ -84,13 +83,11 @@ def check_exact(out, x, w):
     assert r.ok, r
 
 
-@pytest.mark.parametrize("which", ["triton-det", "triton", "triton-gemv", "cutedsl"])
+@pytest.mark.parametrize("which", ["triton-det", "triton", "cutedsl"])
 @pytest.mark.parametrize("k", KS)
 @pytest.mark.parametrize("n", NS)
 def test_bound_kernels_are_fp32_exact_on_dsv4_shapes(which, n, k):
     for m in MS:
-        if which == "triton-gemv" and m > 8:
-            continue
         _, cfg, fn = bound(which, m, n, k)
         for layout in ("contiguous", "row stride K+64", "row stride K+8"):
             if layout == "contiguous":
@@ -104,7 +101,7 @@ def test_bound_kernels_are_fp32_exact_on_dsv4_shapes(which, n, k):
             check_exact(out, x, w)
 
 
-@pytest.mark.parametrize("which", ["triton-det", "triton", "triton-gemv"])
+@pytest.mark.parametrize("which", ["triton-det", "triton"])
 def test_triton_bound_kernels_take_the_fast_launch(which):
     _, cfg, fn = bound(which, 8, 1024, K)
     assert fn.launcher.fast, fn.launcher.reason
@@ -173,7 +170,7 @@ def test_epoch_kernel_under_cuda_graph_replay_20_times():
     assert (sync.flags[:cfg.tiles(5, 1024)] == 1 + 4 * 20).all(), sync.flags
 
 
-@pytest.mark.parametrize("which", ["triton-det", "triton", "triton-gemv"])
+@pytest.mark.parametrize("which", ["triton-det", "triton"])
 def test_two_streams_get_their_own_buffers(which):
     _, cfg, fn = bound(which, 8, 2048, K)
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
@@ -210,7 +207,7 @@ def test_first_call_on_a_new_stream_during_capture_raises(which):
     assert isinstance(e.value, NotReadyInCapture) or isinstance(e.value.__context__, NotReadyInCapture), e.value
 
 
-@pytest.mark.parametrize("which", ["triton-det", "triton", "triton-gemv", "cutedsl"])
+@pytest.mark.parametrize("which", ["triton-det", "triton", "cutedsl"])
 def test_bound_kernels_under_cuda_graph_replay_equal_the_product(which):
     n = 1024
     _, cfg, fn = bound(which, 8, n, K)
@@ -257,15 +254,15 @@ def test_fast_launch_costs_less_host_time_than_the_ordinary_one(which):
     assert fast < slow
 
 
-@pytest.mark.parametrize("m", [1, 4])
-def test_every_gemv_candidate_is_exact(m):
-    """The tuner's whole GEMV search space at N=1024, K=7168 (and three without PDL)."""
-    be = backend("triton-gemv")
-    cands = be.candidates(m, 1024, K)
-    assert cands and all(c.pdl for c in cands)  # sm90: the PDL forms only
-    for cfg in cands + [dataclasses.replace(c, pdl=False) for c in cands[:3]]:
+@pytest.mark.parametrize("which", ["triton", "triton-det"])
+def test_tuner_candidates_are_pdl_forms_on_sm90_and_exact(which):
+    be = backend(which)
+    cands = be.candidates(4, 1024, K)
+    if torch.cuda.get_device_capability()[0] >= 9:
+        assert cands and all(c.pdl for c in cands if (c.bm + c.bn) * c.bk * 2 * (c.num_stages + 1) <= 200 * 1024)
+    for cfg in cands[:6]:
         fn = be.bind(cfg, torch.device("cuda"), 1024, K)
-        x, w = rnd(m, K), rnd(1024, K)
+        x, w = rnd(4, K), rnd(1024, K)
         out = poisoned_call(fn, x, w)
         torch.cuda.synchronize()
         check_exact(out, x, w)
@@ -273,7 +270,6 @@ def test_every_gemv_candidate_is_exact(m):
 
 PDL_CONFIGS = [("triton", te.EpochConfig(16, 64, 128, 14, 4, 4, True)),
                ("triton", te.EpochConfig(16, 64, 256, 1, 4, 4, True)),
-               ("triton-gemv", te.GemvConfig(2, 4, 512, 2, 4, 2, True)),
                ("triton-det", ts.SplitKConfig(16, 32, 128, 7, 4, 4, True))]
 
 

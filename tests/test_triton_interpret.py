@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from sglang_fp32gemm.backends.base import MAX_M
-from sglang_fp32gemm.backends.triton import EpochConfig, GemvConfig, TritonEpochBackend, TritonGemvBackend
+from sglang_fp32gemm.backends.triton import EpochConfig, TritonEpochBackend
 from sglang_fp32gemm.backends.triton_det import SplitKConfig, TritonSplitKBackend
 
 DSV4 = [(m, n, k) for k in (7168, 4096) for n in (512, 1024, 2048, 2560) for m in (1, 2, 5, 8, 16, 31, 32)]
@@ -145,17 +145,18 @@ def test_epoch_shape_rules_grid_and_buffers():
     assert (be.name, be.libtype) == ("triton", "triton")
 
 
-# -- GEMV (triton-gemv) names and PDL ---------------------------------------------------------------------
-@pytest.mark.parametrize("cfg", [GemvConfig(2, 4, 512, 2, 4, 2), GemvConfig(8, 1, 4096, 1, 8, 1, True),
-                                 EpochConfig(16, 64, 128, 14, 4, 4, True), SplitKConfig(16, 32, 64, 8, 4, 5, True)])
-def test_gemv_and_pdl_names_round_trip(cfg):
+# -- PDL names ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cfg", [EpochConfig(16, 64, 128, 14, 4, 4, True), SplitKConfig(16, 32, 64, 8, 4, 5, True)])
+def test_pdl_names_round_trip_and_set_the_launch_option(cfg):
     assert type(cfg).parse(cfg.name) == cfg
-    assert cfg.name.endswith("_pdl") == cfg.pdl
-    assert cfg.constexprs(7168, upcast=False)["PDL"] is cfg.pdl
-    assert cfg.constexprs(7168, upcast=False)["DOT"] is (not isinstance(cfg, GemvConfig))
-    assert cfg.options(True).get("launch_pdl", False) is cfg.pdl
+    assert cfg.name.endswith("_pdl") and cfg.pdl
+    assert replace(cfg, pdl=False).name == cfg.name[:-len("_pdl")]
+    assert cfg.constexprs(7168, upcast=False)["PDL"] is True
+    assert replace(cfg, pdl=False).constexprs(7168, upcast=False)["PDL"] is False
+    assert cfg.options(True)["launch_pdl"] is True
     assert "launch_pdl" not in cfg.options(False)  # no PDL launch off a GPU
-    for be in (TritonEpochBackend(), TritonGemvBackend(), TritonSplitKBackend()):
+    assert "launch_pdl" not in replace(cfg, pdl=False).options(True)
+    for be in (TritonEpochBackend(), TritonSplitKBackend()):
         if be.CONFIG is type(cfg):
             assert be.parse(be.kernel_name(cfg)) == cfg
         else:
@@ -163,31 +164,18 @@ def test_gemv_and_pdl_names_round_trip(cfg):
                 be.parse(cfg.name)
 
 
-@pytest.mark.parametrize("name", [
-    "triton_gemv_fp32_bm1_bn4_bk512_sk2_w4_s2",      # BM 1 (see GemvConfig)
-    "triton_gemv_fp32_bm32_bn4_bk512_sk2_w4_s2",     # BM above 16
-    "triton_gemv_fp32_bm2_bn3_bk512_sk2_w4_s2",      # BN not a power of two
-    "triton_gemv_fp32_bm2_bn128_bk512_sk2_w4_s2",    # BN above 64
-    "triton_gemv_fp32_bm2_bn4_bk8192_sk2_w4_s2",     # BK above 4096
-])
-def test_gemv_names_with_impossible_values_are_rejected(name):
-    with pytest.raises(ValueError, match="must be a power of two in"):
-        GemvConfig.parse(name)
+def test_pdl_forms_only_on_sm90_and_only_where_the_extra_tile_fits(monkeypatch):
+    from sglang_fp32gemm.backends import triton_base
 
-
-def test_gemv_candidates_only_for_m_le_8_and_valid():
-    be = TritonGemvBackend()
-    assert be.candidates(9, 1024, 7168) == [] and be.candidates(0, 1024, 7168) == []
-    for m, n, k in DSV4:
-        cands = be.candidates(m, n, k)
-        if m > 8:
-            continue
-        assert 1 <= len(cands) <= 32, (m, n, k)
-        assert any(c.split_k == 1 for c in cands), (m, n, k)  # the whole K in one program
-        for c in cands:
-            assert c.bm == max(2, 1 << (m - 1).bit_length()) and be.supports(c, m, n, k) == (True, "ok")
-            assert be.parse(be.kernel_name(c)) == c
-    assert (be.name, be.libtype, be.deterministic(GemvConfig(2, 4, 512, 1, 4, 2))) == ("triton-gemv", "triton", True)
+    cfgs = [EpochConfig(16, 64, 128, 14, 4, 4), EpochConfig(16, 64, 256, 7, 4, 5)]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert triton_base.with_pdl(cfgs) == []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    assert triton_base.with_pdl(cfgs) == []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    # (16 + 64) * 256 * 2 * (5 + 1) = 245760 bytes: over the budget, so the plain form stays
+    assert triton_base.with_pdl(cfgs) == [replace(cfgs[0], pdl=True), cfgs[1]]
 
 
 # -- search spaces -----------------------------------------------------------------------------------------
@@ -215,8 +203,7 @@ def test_candidates_hold_the_shipped_sm90_triton_winners_at_m_le_32():
     rows = [r for t in (tables.fast, tables.deterministic) for r in t.rows() if r.libtype == "triton" and r.M <= 32]
     assert rows
     for r in rows:
-        be = {"triton_splitk_": TritonSplitKBackend, "triton_epoch_": TritonEpochBackend,
-              "triton_gemv_": TritonGemvBackend}[r.kernelName[:r.kernelName.index("_", 7) + 1]]()
+        be = TritonSplitKBackend() if r.kernelName.startswith("triton_splitk_") else TritonEpochBackend()
         cfg = be.parse(r.kernelName)
         assert cfg in be.candidates(r.M, r.N, r.K) or (cfg.pdl and replace(cfg, pdl=False) in be.candidates(r.M, r.N, r.K)), r
 

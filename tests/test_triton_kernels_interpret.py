@@ -1,4 +1,4 @@
-"""Both Triton kernels (ticket ``triton-det`` and epoch ``triton``) on CPU under TRITON_INTERPRET=1.
+"""Both Triton kernels (ticket ``triton-det`` and epoch ``triton``), with and without PDL, on CPU under TRITON_INTERPRET=1.
 
 The interpreter must be chosen before triton is imported, and this pytest
 process may already have imported it (SGLang imports triton), so the kernels
@@ -53,16 +53,6 @@ EPOCH_CASES = [
     ((16, 16, 16, 5, 4, 1), (5, 48, 80)),
     ((16, 32, 64, 4, 4, 2, True), (3, 64, 512)),   # PDL
     ((16, 32, 32, 1, 4, 2, True), (17, 64, 64)),
-]
-# The epoch kernel's GEMV form (triton-gemv): BM the padded M (2-8), BN down to 1.
-GEMV_CASES = [
-    ((2, 4, 64, 2, 4, 2), (1, 16, 256)),
-    ((2, 8, 128, 1, 4, 2), (2, 32, 256)),
-    ((4, 4, 64, 3, 4, 2), (3, 16, 384)),
-    ((4, 1, 32, 1, 4, 1), (4, 8, 64)),
-    ((8, 2, 64, 4, 8, 2, True), (7, 16, 512)),
-    ((2, 16, 256, 7, 4, 2, True), (1, 64, 1792)),
-    ((2, 4, 64, 2, 4, 2), (9, 16, 256)),          # M > BM: several token tiles
 ]
 BIND_MS = [1, 3, 16, 17, 33]
 
@@ -139,7 +129,6 @@ def epoch_runs(cases, cls):
         results.append(r)
     return results
 report["epoch"] = epoch_runs(args["epoch"], E.EpochConfig)
-report["gemv"] = epoch_runs(args["gemv"], E.GemvConfig)
 
 # Epochs that wrap around int32: every counter just below the wrap.
 cfg = E.EpochConfig(16, 32, 32, 4, 4, 1)
@@ -251,7 +240,7 @@ print("REPORT " + json.dumps(report))
 
 @pytest.fixture(scope="module")
 def report():
-    payload = json.dumps({"ticket": TICKET_CASES, "epoch": EPOCH_CASES, "gemv": GEMV_CASES, "ms": BIND_MS})
+    payload = json.dumps({"ticket": TICKET_CASES, "epoch": EPOCH_CASES, "ms": BIND_MS})
     proc = run_python(_SCRIPT, payload, env=subprocess_env(TRITON_INTERPRET="1"), timeout=600)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
     assert proc.returncode == 0 and lines, f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
@@ -292,12 +281,11 @@ def test_epoch_kernel_is_fp32_exact_over_three_calls(report, i):
         _exact(run, f"call {j}")
 
 
-@pytest.mark.parametrize("kind,i", [("epoch", i) for i in range(len(EPOCH_CASES))]
-                         + [("gemv", i) for i in range(len(GEMV_CASES))])
-def test_epoch_counters_advance_once_per_call_for_the_tiles_used(report, kind, i):
-    c, (m, n, _) = (EPOCH_CASES if kind == "epoch" else GEMV_CASES)[i]
+@pytest.mark.parametrize("i", range(len(EPOCH_CASES)))
+def test_epoch_counters_advance_once_per_call_for_the_tiles_used(report, i):
+    c, (m, n, _) = EPOCH_CASES[i]
     bm, bn, sk = c[0], c[1], c[3]
-    r = report[kind][i]
+    r = report["epoch"][i]
     # nothing outside the tiles of this M is touched
     assert r["flags_rest"] == 0 and r["counters_rest"] == 0, r
     if sk > 1:
@@ -306,18 +294,8 @@ def test_epoch_counters_advance_once_per_call_for_the_tiles_used(report, kind, i
         assert r["counters_used"] == [3] * (tiles * sk), r
 
 
-@pytest.mark.parametrize("i", range(len(GEMV_CASES)),
-                         ids=[f"bm{c[0]}bn{c[1]}bk{c[2]}sk{c[3]}{'pdl' if c[6:] else ''}-M{s[0]}N{s[1]}K{s[2]}"
-                              for c, s in GEMV_CASES])
-def test_gemv_kernel_is_fp32_exact_over_three_calls(report, i):
-    r = report["gemv"][i]
-    assert r["mnk"] == list(GEMV_CASES[i][1]) and r["name"].startswith("triton_gemv_fp32_"), r
-    for j, run in enumerate(r["runs"]):
-        _exact(run, f"call {j}")
-
-
 def test_pdl_cases_are_run_by_every_triton_kernel():
-    for cases in (TICKET_CASES, EPOCH_CASES, GEMV_CASES):
+    for cases in (TICKET_CASES, EPOCH_CASES):
         assert any(c[6:] == (True,) for c, _ in cases)
         assert any(c[6:] == (True,) and c[3] > 1 for c, _ in cases)
 

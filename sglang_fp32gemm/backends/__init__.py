@@ -2,7 +2,7 @@
 
 A row's kernelName is served by the first backend of its libtype that
 parses it (and is available, takes the shape and passes its probe); the
-three Triton kernels share libtype ``triton`` and are told apart by name.
+two Triton kernels share libtype ``triton`` and are told apart by name.
 Constructing a backend imports nothing heavy: triton, cutlass, flydsl and
 aiter are imported inside their methods.
 """
@@ -19,12 +19,12 @@ def all_backends() -> list[Backend]:
     from sglang_fp32gemm.backends.aiter_tgemm import AiterBackend
     from sglang_fp32gemm.backends.cutedsl_warp import CuteDSLWarpBackend
     from sglang_fp32gemm.backends.flydsl_gfx950 import FlyDSLBackend
-    from sglang_fp32gemm.backends.triton import TritonEpochBackend, TritonGemvBackend
+    from sglang_fp32gemm.backends.triton import TritonEpochBackend
     from sglang_fp32gemm.backends.triton_det import TritonSplitKBackend
 
     # On gfx950 aiter's own fixed kernel is preferred when the installed
     # aiter has it; our FlyDSL kernel (same kernelName grammar) is second.
-    return [TritonEpochBackend(), TritonGemvBackend(), TritonSplitKBackend(), CuteDSLWarpBackend(), AiterBackend(), FlyDSLBackend()]
+    return [TritonEpochBackend(), TritonSplitKBackend(), CuteDSLWarpBackend(), AiterBackend(), FlyDSLBackend()]
 
 
 def default_backends() -> dict[str, list[Backend]]:

@@ -99,23 +99,6 @@ def _get_kernel():
     return epoch_splitk_fp32_kernel
 
 
-@dataclasses.dataclass(frozen=True)
-class GemvConfig(EpochConfig):
-    """The epoch kernel in its GEMV form (``DOT=False``) for M <= 8.
-
-    No MMA: each thread multiplies bf16 W and x elements in fp32 (exact) and
-    keeps a [BN, BM, BK] tile of fp32 products, summed over K once after the
-    loop. BM is the padded token count (2, 4, 8), so no MMA-sized tile of
-    padding rows is read or multiplied; the split-K reduction is the epoch
-    kernel's. BM >= 2: Triton's interpreter adds only the first element of
-    a [BN, 1] atomic_add, so BM=1 could not be tested here.
-    """
-
-    PREFIX: ClassVar[str] = "triton_gemv_fp32"
-    DOT: ClassVar[bool] = False
-    TILE_LIMITS: ClassVar[dict[str, tuple[int, int]]] = {"bm": (2, 16), "bn": (1, 64), "bk": (32, 4096)}
-
-
 class SyncBuffers(Buffers):
     """One stream's epoch flags (the kernel's scratch) and per-(tile, split) epoch counters."""
 
@@ -221,32 +204,3 @@ class TritonEpochBackend(TritonBackend):
         self._pools.append(pool)
         return pool
 
-
-class TritonGemvBackend(TritonEpochBackend):
-    """The epoch kernel's GEMV form; serves ``triton_gemv_fp32_*`` rows of ``libtype`` triton."""
-
-    name = "triton-gemv"
-    CONFIG = GemvConfig
-
-    def candidates(self, m: int, n: int, k: int) -> list[EpochConfig]:
-        """The tuner's search space for M <= 8: about 10-16 configs, and their PDL copies.
-
-        BM the padded M (at least 2); 4 or 8 warps; BN 2-16 and BK 256-1024
-        with 16-64 fp32 products a thread; the split count whose grid is
-        nearest 3 waves within 1-8 waves; 2 stages.
-        """
-        if not 1 <= m <= 8:
-            return []
-        bm = max(2, 1 << (m - 1).bit_length())
-        out: list[EpochConfig] = []
-        for warps in (4, 8):
-            # 16-64 fp32 products a thread: enough loads in flight, no spills.
-            tiles = [(bn, bk) for bn in (1, 2, 4, 8, 16) for bk in (256, 512, 1024)
-                     if 512 * warps <= bn * bm * bk <= 2048 * warps]
-            # Whole K in one program (no reduction, a plain store), at most 16 unrolled steps ...
-            out += [GemvConfig(bm, bn, bk, 1, warps, 1) for bn, bk in tiles
-                    if not (n % bn or k % bk) and k // bk <= 16 and bn <= 4]
-            # ... or split K near 3 waves.
-            out += [GemvConfig(bm, bn, bk, sk, warps, 1) for bn, bk, sk in split_plans(n, k, 1, tiles, 1.0, 8.0, 1, 3.0, 1)
-                    if sk > 1 and bn >= 2]
-        return with_pdl(out) or out

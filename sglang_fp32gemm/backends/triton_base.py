@@ -58,8 +58,6 @@ class TileConfig:
     """
 
     PREFIX: ClassVar[str] = ""
-    #: tl.dot tiles (True) or the GEMV form's fp32 products (False).
-    DOT: ClassVar[bool] = True
 
     bm: int
     bn: int
@@ -69,14 +67,13 @@ class TileConfig:
     num_stages: int
     pdl: bool = False
 
-    #: Smallest and largest BM, BN, BK (powers of two): tl.dot needs 16.
-    TILE_LIMITS: ClassVar[dict[str, tuple[int, int]]] = {"bm": (16, 256), "bn": (16, 256), "bk": (16, 1024)}
-
     def __post_init__(self) -> None:
-        for f, (lo, hi) in self.TILE_LIMITS.items():
+        for f in ("bm", "bn", "bk"):
             v = getattr(self, f)
-            if not isinstance(v, int) or v < 1 or v & (v - 1) or not lo <= v <= hi:
-                raise ValueError(f"{f}={v}: must be a power of two in {lo}..{hi}")
+            if not isinstance(v, int) or v < 16 or v & (v - 1):
+                raise ValueError(f"{f}={v}: must be a power of two >= 16")
+        if self.bm > 256 or self.bn > 256 or self.bk > 1024:
+            raise ValueError(f"tile too large in {self}")
         if not isinstance(self.pdl, bool):
             raise ValueError(f"pdl={self.pdl!r}: must be a bool")
         if self.split_k < 1 or self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1:
@@ -111,7 +108,7 @@ class TileConfig:
         bf16 dots) and skip the PDL instructions.
         """
         return dict(BM=self.bm, BN=self.bn, BK=self.bk, SPLIT_K=self.split_k,
-                    K_ITERS=k // (self.bk * self.split_k), UPCAST=upcast, DOT=self.DOT, PDL=self.pdl)
+                    K_ITERS=k // (self.bk * self.split_k), UPCAST=upcast, PDL=self.pdl)
 
     def options(self, on_cuda: bool = True) -> dict[str, Any]:
         """Launch options: warps, stages, and ``launch_pdl`` for a PDL config on a GPU."""
@@ -195,13 +192,13 @@ def with_pdl(cfgs: list[TileConfig]) -> list[TileConfig]:
     PDL won over the same config without it in 23 of 24 pairs timed on the
     H200 (docs/benchmarks/README.md, run 10), so on sm90 the search space
     holds the PDL form only. Its first W tile is held outside the pipeline:
-    a dot config whose stages plus that tile pass ``SMEM_BUDGET`` keeps its
+    a config whose stages plus that tile pass ``SMEM_BUDGET`` keeps its
     plain form.
     """
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         return []
-    return [dataclasses.replace(c, pdl=True)
-            if not c.DOT or (c.bm + c.bn) * c.bk * 2 * (c.num_stages + 1) <= SMEM_BUDGET else c for c in cfgs]
+    return [dataclasses.replace(c, pdl=True) if (c.bm + c.bn) * c.bk * 2 * (c.num_stages + 1) <= SMEM_BUDGET else c
+            for c in cfgs]
 
 
 class Buffers:

@@ -2,8 +2,8 @@
 
 Imported only when a Triton backend builds its kernel (``get_kernel``), so
 that triton is imported lazily. What each kernel is for, and why it is
-exact, is said in its backend's module (``triton.py``: the epoch kernel and
-its GEMV form; ``triton_det.py``: the ticket kernel).
+exact, is said in its backend's module (``triton.py``: the epoch kernel;
+``triton_det.py``: the ticket kernel).
 
 Every product is a bf16 x bf16 product, exact in fp32, and every sum is an
 fp32 sum: nothing is rounded to 16 bits.
@@ -24,30 +24,25 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
-def _mac(acc, w, x, SWAP: tl.constexpr, DOT: tl.constexpr, UPCAST: tl.constexpr):
+def _mac(acc, w, x, SWAP: tl.constexpr, UPCAST: tl.constexpr):
     """``acc += w . x^T`` for a [BN, BK] W tile and a [BM, BK] x tile.
 
     ``SWAP``: acc is [BN, BM] (W rows on the MMA's M side), else [BM, BN].
-    ``DOT=False`` (GEMV, SWAP only): acc is [BN, BM, BK] of fp32 products,
-    summed over K once at the end of the loop (``_finish``).
     """
-    if DOT:
-        if UPCAST:
-            # Triton's CPU interpreter mis-multiplies bf16 dots; exact fp32
-            # ("ieee", not tf32) products give the same result.
-            w = w.to(tl.float32)
-            x = x.to(tl.float32)
-            if SWAP:
-                acc = tl.dot(w, tl.trans(x), acc, input_precision="ieee", out_dtype=tl.float32)
-            else:
-                acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee", out_dtype=tl.float32)
+    if UPCAST:
+        # Triton's CPU interpreter mis-multiplies bf16 dots; exact fp32
+        # ("ieee", not tf32) products give the same result.
+        w = w.to(tl.float32)
+        x = x.to(tl.float32)
+        if SWAP:
+            acc = tl.dot(w, tl.trans(x), acc, input_precision="ieee", out_dtype=tl.float32)
         else:
-            if SWAP:
-                acc = tl.dot(w, tl.trans(x), acc, out_dtype=tl.float32)
-            else:
-                acc = tl.dot(x, tl.trans(w), acc, out_dtype=tl.float32)
+            acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee", out_dtype=tl.float32)
     else:
-        acc += w.to(tl.float32)[:, None, :] * x.to(tl.float32)[None, :, :]
+        if SWAP:
+            acc = tl.dot(w, tl.trans(x), acc, out_dtype=tl.float32)
+        else:
+            acc = tl.dot(x, tl.trans(w), acc, out_dtype=tl.float32)
     return acc
 
 
@@ -65,43 +60,27 @@ def prefetch_w(w_ptrs, PDL: tl.constexpr, UPCAST: tl.constexpr):
 
 @triton.jit
 def k_loop(w0, w_ptrs, x_ptrs, mask_m, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-           K_ITERS: tl.constexpr, SWAP: tl.constexpr, DOT: tl.constexpr, UPCAST: tl.constexpr,
-           PDL: tl.constexpr):
+           K_ITERS: tl.constexpr, SWAP: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr):
     """One split's K loop: W rows . x^T over ``K_ITERS`` steps of ``BK``, fp32.
 
-    Returns [BN, BM] when ``SWAP`` (or GEMV), else [BM, BN]. With ``PDL``,
-    ``w0`` is ``prefetch_w``'s first W tile and dependents are released
-    after the loop.
+    Returns [BN, BM] when ``SWAP``, else [BM, BN]. With ``PDL``, ``w0`` is
+    ``prefetch_w``'s first W tile and dependents are released after the loop.
     """
-    if DOT:
-        if SWAP:
-            acc = tl.zeros((BN, BM), dtype=tl.float32)
-        else:
-            acc = tl.zeros((BM, BN), dtype=tl.float32)
+    if SWAP:
+        acc = tl.zeros((BN, BM), dtype=tl.float32)
     else:
-        acc = tl.zeros((BN, BM, BK), dtype=tl.float32)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
     if PDL:
-        acc = _mac(acc, w0, tl.load(x_ptrs, mask=mask_m[:, None], other=0.0), SWAP, DOT, UPCAST)
+        acc = _mac(acc, w0, tl.load(x_ptrs, mask=mask_m[:, None], other=0.0), SWAP, UPCAST)
         w_ptrs += BK
         x_ptrs += BK
-    if DOT:
-        for _ in range(0, K_ITERS - PDL):
-            acc = _mac(acc, tl.load(w_ptrs), tl.load(x_ptrs, mask=mask_m[:, None], other=0.0), SWAP, DOT, UPCAST)
-            w_ptrs += BK
-            x_ptrs += BK
-    else:
-        # GEMV: unrolled, so the W loads of every step can be in flight at once
-        # (Triton does not pipeline loads that feed no dot).
-        for _ in tl.static_range(0, K_ITERS - PDL):
-            acc = _mac(acc, tl.load(w_ptrs), tl.load(x_ptrs, mask=mask_m[:, None], other=0.0), SWAP, DOT, UPCAST)
-            w_ptrs += BK
-            x_ptrs += BK
+    for _ in range(0, K_ITERS - PDL):
+        acc = _mac(acc, tl.load(w_ptrs), tl.load(x_ptrs, mask=mask_m[:, None], other=0.0), SWAP, UPCAST)
+        w_ptrs += BK
+        x_ptrs += BK
     if PDL and not UPCAST:
         gdc_launch_dependents()
-    if DOT:
-        return acc
-    else:
-        return tl.sum(acc, axis=2)
+    return acc
 
 
 # M is not specialised: one compile serves every M.
@@ -112,7 +91,7 @@ def epoch_splitk_fp32_kernel(
     stride_xm, stride_wn, stride_om,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
     SPLIT_K: tl.constexpr, K_ITERS: tl.constexpr,
-    UPCAST: tl.constexpr, DOT: tl.constexpr, PDL: tl.constexpr,
+    UPCAST: tl.constexpr, PDL: tl.constexpr,
 ):
     """The ``triton`` backend's kernel (``triton.py`` says how the epochs work)."""
     pid = tl.program_id(0)
@@ -146,7 +125,7 @@ def epoch_splitk_fp32_kernel(
             # Every thread's zeros are written before the flag is released.
             tl.debug_barrier()
             tl.atomic_xchg(flag_ptr + tile, epoch, sem="release")
-    acc = k_loop(w0, w_ptrs, x_ptrs, mask_m, BM, BN, BK, K_ITERS, True, DOT, UPCAST, PDL)
+    acc = k_loop(w0, w_ptrs, x_ptrs, mask_m, BM, BN, BK, K_ITERS, True, UPCAST, PDL)
 
     if SPLIT_K == 1:
         tl.store(out_ptrs, acc, mask=out_mask)
@@ -168,7 +147,7 @@ def splitk_fp32_kernel(
     stride_xm, stride_wn, stride_om,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
     SPLIT_K: tl.constexpr, K_ITERS: tl.constexpr,
-    UPCAST: tl.constexpr, DOT: tl.constexpr, PDL: tl.constexpr,
+    UPCAST: tl.constexpr, PDL: tl.constexpr,
 ):
     """The ``triton-det`` backend's kernel (``triton_det.py`` says how the tickets work)."""
     pid_n = tl.program_id(0)
@@ -188,7 +167,7 @@ def splitk_fp32_kernel(
     x_ptrs = x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :]
     w_ptrs = w_ptr + offs_n[:, None] * stride_wn + (k0 + offs_k)[None, :]
     w0 = prefetch_w(w_ptrs, PDL, UPCAST)
-    acc = k_loop(w0, w_ptrs, x_ptrs, mask_m, BM, BN, BK, K_ITERS, False, DOT, UPCAST, PDL)
+    acc = k_loop(w0, w_ptrs, x_ptrs, mask_m, BM, BN, BK, K_ITERS, False, UPCAST, PDL)
 
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
     if SPLIT_K == 1:
