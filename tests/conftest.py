@@ -7,15 +7,17 @@ re-read settings and a fresh process router.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 import torch
+from filelock import FileLock  # a dependency of torch
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
@@ -161,6 +163,43 @@ def gfx950_isa(tmp_path_factory) -> Callable[..., str]:
         return texts[name, n, k]
 
     return isa
+
+
+_run_reports: dict[str, Any] = {}
+
+
+@pytest.fixture(scope="session")
+def shared_report(tmp_path_factory) -> Callable[[str, Callable[[], Any]], Any]:
+    """``shared_report(key, produce)``: ``produce()``'s JSON value, made once per test run.
+
+    The reports of the interpreters the tests start (release probes, launches)
+    are read by tests that pytest-xdist hands to either worker; a report is
+    kept in the run's shared temp folder, so the second worker reads it (or
+    waits while the first makes it) instead of starting the same interpreter
+    again. A failed ``produce()`` keeps nothing: the next test tries again.
+    """
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        def in_process(key: str, produce: Callable[[], Any]) -> Any:
+            if key not in _run_reports:
+                _run_reports[key] = json.loads(json.dumps(produce()))  # as a worker reads it back
+            return _run_reports[key]
+
+        return in_process
+    # Each worker's basetemp is <run folder>/popen-gwN: the run folder is shared, and new each run.
+    root = tmp_path_factory.getbasetemp().parent / "shared-reports"
+    root.mkdir(exist_ok=True)
+
+    def across_workers(key: str, produce: Callable[[], Any]) -> Any:
+        if key not in _run_reports:
+            path = root / f"{key}.json"
+            with FileLock(f"{path}.lock"):
+                if not path.is_file():
+                    value = produce()
+                    path.write_text(json.dumps(value))
+                _run_reports[key] = json.loads(path.read_text())
+        return _run_reports[key]
+
+    return across_workers
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

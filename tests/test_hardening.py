@@ -26,22 +26,25 @@ def _report(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(lines[-1][len("REPORT "):])
 
 
-_release_reports: dict[str, dict] = {}
+@pytest.fixture
+def release_report(shared_report):
+    """``release_report(version)``: tests/fakes/release_hardening_probe.py's report for one release
+    (one interpreter per release per test run)."""
+    script = TESTS_DIR / "fakes" / "release_hardening_probe.py"
 
+    def run(version: str) -> dict:
+        def produce() -> dict:
+            return _report(subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                                          timeout=600, env=release_env(version), cwd=str(REPO_ROOT)))
 
-def release_report(version: str) -> dict:
-    """tests/fakes/release_hardening_probe.py's report for one release (one interpreter per release)."""
-    if version not in _release_reports:
-        proc = subprocess.run([sys.executable, str(TESTS_DIR / "fakes" / "release_hardening_probe.py")],
-                              capture_output=True, text=True, timeout=600, env=release_env(version),
-                              cwd=str(REPO_ROOT))
-        _release_reports[version] = _report(proc)
-    return _release_reports[version]
+        return shared_report(f"release-hardening-{version}", produce)
+
+    return run
 
 
 # -- 1: every hook traces under torch.compile(fullgraph=True), in every state ------------------------
 @pytest.mark.parametrize("version", RELEASES)
-def test_hooks_trace_under_fullgraph_compile_in_every_state(version):
+def test_hooks_trace_under_fullgraph_compile_in_every_state(version, release_report):
     states = release_report(version)["states"]
     assert (states["on"]["enabled"], states["bad"]["error"], states["off"]["enabled"]) == (True, True, False)
     for state, got in states.items():
@@ -263,7 +266,7 @@ def test_launch_flag_help_matches_the_tables():
 
 
 @pytest.mark.parametrize("version", RELEASES)
-def test_v41_compressor_is_named_and_selected_on_every_release_that_has_it(version):
+def test_v41_compressor_is_named_and_selected_on_every_release_that_has_it(version, release_report):
     from fakes.fake_backends import FAKE_KERNEL as KERNEL
 
     rep = release_report(version)["v41"]

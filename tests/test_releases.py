@@ -113,20 +113,21 @@ def release_env(version: str, **extra: str) -> dict[str, str]:
     return env
 
 
-_reports: dict[str, dict] = {}
+def run_report(script: Path, version: str) -> dict:
+    """``script``'s ``REPORT {json}`` line, run in a fresh interpreter inside SGLang ``version``."""
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                          env=release_env(version), cwd=str(REPO_ROOT))
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+    assert lines, f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return json.loads(lines[-1][len("REPORT "):])
 
 
 @pytest.fixture
-def report(request):
-    """The probe's report for this test's release (one subprocess per release per session)."""
+def report(request, shared_report):
+    """The probe's report for this test's release (one subprocess per release per test run)."""
     version = request.node.callspec.params["version"]
-    if version not in _reports:
-        proc = subprocess.run([sys.executable, str(TESTS_DIR / "fakes" / "release_probe.py")], capture_output=True,
-                              text=True, timeout=600, env=release_env(version), cwd=str(REPO_ROOT))
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
-        assert lines, f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-        _reports[version] = json.loads(lines[-1][len("REPORT "):])
-    rep = _reports[version]
+    rep = shared_report(f"release-probe-{version}", lambda: run_report(TESTS_DIR / "fakes" / "release_probe.py",
+                                                                      version))
     assert "crash" not in rep, rep.get("traceback", rep)
     return rep
 
@@ -268,13 +269,26 @@ def test_release_bad_layer_file_stops_argument_preparation_in_one_line(version, 
     assert "\n" not in b["message"] and not b["chained"], b
 
 
-@pytest.mark.parametrize("version", [p for p in RELEASES if p.values[0] != NEWEST])  # 0.5.23: test_sglang_integration
+def assert_help_lists_the_flags(text: str) -> None:
+    assert "--enable-flydsl-fp32-gemm" in text and "--flydsl-fp32-gemm-layers" in text
+    assert "sglang-fp32gemm plugin" in text
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_release_argument_help_lists_the_flags(version, report):
+    assert report["help"]["exit"] == 0, report["help"]
+    assert_help_lists_the_flags(report["help"]["text"])
+
+
+# 0.5.23: test_sglang_integration. The release's own launcher after test_release_argument_help_lists_the_flags's
+# path (load_plugins(), then prepare_server_args): the slow job, and the releases job.
+@pytest.mark.slow
+@pytest.mark.parametrize("version", [p for p in RELEASES if p.values[0] != NEWEST])
 def test_release_launch_server_help_lists_the_flags(version):
     proc = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--help"], capture_output=True, text=True,
                           timeout=300, env=release_env(version), cwd=str(REPO_ROOT))
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "--enable-flydsl-fp32-gemm" in proc.stdout and "--flydsl-fp32-gemm-layers" in proc.stdout
-    assert "sglang-fp32gemm plugin" in proc.stdout
+    assert_help_lists_the_flags(proc.stdout)
 
 
 # -- errors name the real cause ----------------------------------------------------------------------------

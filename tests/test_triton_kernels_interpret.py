@@ -233,12 +233,16 @@ print("REPORT " + json.dumps(report))
 
 
 @pytest.fixture(scope="module")
-def report():
-    payload = json.dumps({"ticket": TICKET_CASES, "epoch": EPOCH_CASES, "ms": BIND_MS})
-    proc = run_python(_SCRIPT, payload, env=subprocess_env(TRITON_INTERPRET="1"), timeout=600)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
-    assert proc.returncode == 0 and lines, f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    return json.loads(lines[-1][len("REPORT "):])
+def report(shared_report):
+    """The script's report: one interpreter per test run, whichever xdist worker asks first."""
+    def produce() -> dict:
+        payload = json.dumps({"ticket": TICKET_CASES, "epoch": EPOCH_CASES, "ms": BIND_MS})
+        proc = run_python(_SCRIPT, payload, env=subprocess_env(TRITON_INTERPRET="1"), timeout=600)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+        assert proc.returncode == 0 and lines, f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        return json.loads(lines[-1][len("REPORT "):])
+
+    return shared_report("triton-kernels-interpret", produce)
 
 
 def _exact(r, what=""):
