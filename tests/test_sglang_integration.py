@@ -27,7 +27,7 @@ import types
 import pytest
 import torch
 
-from conftest import assert_fp32_close, rand_bf16, rel_err, run_python, subprocess_env
+from conftest import TESTS_DIR, assert_fp32_close, made_ahead_report, rand_bf16, rel_err, run_python, subprocess_env
 from fakes.fake_aiter import install_fake_aiter
 from fakes.fake_backends import FAKE_KERNEL, ExactFake, make_router, rows_csv
 from sglang_fp32gemm import hooks, routing
@@ -128,19 +128,27 @@ print("REPORT " + json.dumps(rep))
 '''
 
 
-@pytest.fixture(scope="module")
-def before(shared_report):
-    from conftest import TESTS_DIR
-
+def _run_before() -> dict:
     # On when SGLang loads it, as in a worker of a launch with the flag: every hook is installed.
     env = subprocess_env(TESTS_DIR=str(TESTS_DIR), SGLANG_ENABLE_FLYDSL_FP32_GEMM="1")
-    return shared_report("integration-before", lambda: _report(run_python(_BEFORE, env=env, timeout=500)))
+    return _report(run_python(_BEFORE, env=env, timeout=500))
 
 
+# The tests that read process 1's report (made once per test run, in the background from the start).
+reads_before = pytest.mark.made_ahead("integration-before", _run_before)
+
+
+@pytest.fixture
+def before(request, shared_report):
+    return made_ahead_report(request.node, shared_report)
+
+
+@reads_before
 def test_entry_point_is_registered_in_sglangs_group(before):
     assert ["fp32gemm", "sglang_fp32gemm.plugin:register"] in before["eps"]
 
 
+@reads_before
 def test_sglang_load_plugins_registers_the_plugin(before):
     st = before["state"]
     assert st["registered"] is True and st["errors"] == []
@@ -148,18 +156,21 @@ def test_sglang_load_plugins_registers_the_plugin(before):
     assert st["linear_target"] == LINEAR and st["compressor_target"] == WKV
 
 
+@reads_before
 def test_bindings_imported_before_load_plugins_are_rebound(before):
     assert before["linear_hooked"] and before["wkv_hooked"]
     assert before["compressor_bound"] and before["dsv41_bound"]
     assert before["add_cli_hooked"] and before["from_cli_hooked"] and before["from_cli_classmethod"]
 
 
+@reads_before
 def test_registering_twice_applies_each_hook_once(before):
     assert before["twice_same"]
     assert set(before["hook_counts"].values()) == {1}, before["hook_counts"]
     assert before["single_wrapper"]
 
 
+@reads_before
 def test_hooked_linear_returns_the_original_result_when_disabled_and_on_cpu(before):
     assert before["env_before"] == {"SGLANG_ENABLE_FLYDSL_FP32_GEMM": "1", "SGLANG_FLYDSL_FP32_GEMM_SOURCE": None}
     assert before["disabled_exact"]
@@ -168,6 +179,7 @@ def test_hooked_linear_returns_the_original_result_when_disabled_and_on_cpu(befo
     assert before["counters"] == {"torch|no compressor layer (a layer file is set)": 1}
 
 
+@reads_before
 def test_launch_flag_exports_the_environment(before):
     assert before["model_path"] == "dummy"
     assert before["env"] == {"SGLANG_ENABLE_FLYDSL_FP32_GEMM": "1", "SGLANG_FLYDSL_FP32_GEMM_SOURCE": "flag",
@@ -176,6 +188,7 @@ def test_launch_flag_exports_the_environment(before):
     assert before["router_selection"] == f"{before['layers_abs']}: layers=0-30 kinds=hca,csa"
 
 
+@reads_before
 def test_spawned_worker_inherits_the_flag_and_loads_the_plugin(before):
     wk = before["worker"]
     assert "error" not in wk, wk
@@ -189,6 +202,7 @@ def test_spawned_worker_inherits_the_flag_and_loads_the_plugin(before):
     assert wk["linear_hooked"] and wk["compressor_bound"] and wk["wkv_hooked"]
 
 
+@reads_before
 def test_bindings_imported_after_load_plugins_are_the_hooked_ones(before):
     # The spawned worker loads the plugins first, then imports the modules (fakes/spawn_worker.py).
     wk = before["worker"]
