@@ -95,9 +95,8 @@ RELEASES = [_param(v) for v in EXPECTED]
 
 def releases_reading(script: str, key: str) -> list:
     """RELEASES, each marked to read ``tests/fakes/<script>``'s report for that release (made ahead, once)."""
-    return [_param(v, pytest.mark.made_ahead(f"{key}-{v}", functools.partial(run_report, TESTS_DIR / "fakes" / script,
-                                                                            v)))
-            for v in EXPECTED]
+    path = TESTS_DIR / "fakes" / script
+    return [_param(v, pytest.mark.made_ahead(f"{key}-{v}", functools.partial(run_report, path, v))) for v in EXPECTED]
 
 
 def release_pythonpath(version: str) -> str:
