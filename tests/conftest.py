@@ -7,15 +7,18 @@ re-read settings and a fresh process router.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
 import sys
+import threading
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 import torch
+from filelock import FileLock  # a dependency of torch
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
@@ -161,6 +164,98 @@ def gfx950_isa(tmp_path_factory) -> Callable[..., str]:
         return texts[name, n, k]
 
     return isa
+
+
+class SharedReports:
+    """The JSON reports of the interpreters the tests start (release probes, launches), each made once
+    per test run.
+
+    pytest-xdist hands the tests that read one report to either worker: a report is kept in the run's
+    shared temp folder (``root``; None in a run of one process), so the second worker reads it, or
+    waits while the first makes it, instead of starting the same interpreter again. A failed
+    ``produce()`` keeps nothing: the next test that asks tries again, and fails the same way.
+    """
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root
+        self.memo: dict[str, Any] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def get(self, key: str, produce: Callable[[], Any]) -> Any:
+        if key not in self.memo:
+            if self.root is None:
+                self.memo[key] = json.loads(json.dumps(produce()))  # as a worker reads it back
+            else:
+                path = self.root / f"{key}.json"
+                with FileLock(f"{path}.lock"):
+                    if not path.is_file():
+                        path.write_text(json.dumps(produce()))
+                    self.memo[key] = json.loads(path.read_text())
+        return self.memo[key]
+
+    def make_ahead(self, reports: list[tuple[str, Callable[[], Any]]]) -> None:
+        """Make ``reports`` in a background thread, in order, while the tests run: each one that no
+        worker has made or is making (then it goes on to the next). A failure is left to the test."""
+        if self.root is None or not reports:
+            return
+
+        def run() -> None:
+            for key, produce in reports:
+                if self._stop.is_set():
+                    return
+                path = self.root / f"{key}.json"
+                try:
+                    with FileLock(f"{path}.lock", timeout=0):
+                        if not path.is_file():
+                            path.write_text(json.dumps(produce()))
+                except BaseException:  # noqa: BLE001 - being made elsewhere, failed or skipped: the test meets it
+                    continue
+
+        self._thread = threading.Thread(target=run, name="reports-made-ahead", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Start nothing more; wait for the report being made (the other worker may be waiting for it)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+@pytest.fixture(scope="session")
+def shared_reports(tmp_path_factory) -> SharedReports:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return SharedReports(None)
+    # Each worker's basetemp is <run folder>/popen-gwN: the run folder is shared, and new each run.
+    root = tmp_path_factory.getbasetemp().parent / "shared-reports"
+    root.mkdir(exist_ok=True)
+    return SharedReports(root)
+
+
+@pytest.fixture(scope="session")
+def shared_report(shared_reports) -> Callable[[str, Callable[[], Any]], Any]:
+    """``shared_report(key, produce)``: ``produce()``'s JSON value, made once per test run (SharedReports)."""
+    return shared_reports.get
+
+
+@pytest.fixture(scope="session", autouse=True)
+def reports_made_ahead(request, shared_reports):
+    """The reports the selected tests mark ``made_ahead(key, produce)``, made in the background from the
+    start, soonest needed first, so that no worker waits idle for one another worker is making."""
+    wanted: dict[str, Callable[[], Any]] = {}
+    for item in request.session.items:
+        for mark in item.iter_markers("made_ahead"):
+            wanted.setdefault(*mark.args)
+    shared_reports.make_ahead(list(wanted.items()))
+    yield
+    shared_reports.close()
+
+
+def made_ahead_report(node: pytest.Item, shared_report: Callable[[str, Callable[[], Any]], Any]) -> Any:
+    """The report the test's ``made_ahead(key, produce)`` mark names."""
+    mark = node.get_closest_marker("made_ahead")
+    assert mark is not None, f"{node.nodeid} has no made_ahead mark"
+    return shared_report(*mark.args)
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

@@ -243,7 +243,8 @@ def test_sglang_module_tests_pass_in_their_own_process():
     if probe.returncode:
         pytest.skip("nvidia-cutlass-dsl is not installed (scripts/setup_env.sh installs it): "
                     + probe.stderr.strip().splitlines()[-1])
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+    # -n 0: one process (pyproject's addopts would start two xdist workers, each importing cutlass).
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", __file__,
                         "-k", "(sglang or tactic or candidates or smem) and not own_process"],
                        env=dict(os.environ, **{_CHILD_VAR: "1"}), capture_output=True, text=True, timeout=900)
     tail = r.stdout[-3000:]

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 import torch
 
-from conftest import REPO_ROOT, TESTS_DIR, assert_fp32_close, rand_bf16
+from conftest import assert_fp32_close, made_ahead_report, rand_bf16
 from fakes.fake_backends import FAKE_KERNEL, ExactFake, make_router
-from test_releases import HAS_V41, RELEASES, release_env
+from test_releases import HAS_V41, releases_reading
 
 N, K = 32, 64
 
@@ -26,23 +25,20 @@ def _report(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(lines[-1][len("REPORT "):])
 
 
-_release_reports: dict[str, dict] = {}
+HARDENED = releases_reading("release_hardening_probe.py", "release-hardening")
 
 
-def release_report(version: str) -> dict:
-    """tests/fakes/release_hardening_probe.py's report for one release (one interpreter per release)."""
-    if version not in _release_reports:
-        proc = subprocess.run([sys.executable, str(TESTS_DIR / "fakes" / "release_hardening_probe.py")],
-                              capture_output=True, text=True, timeout=600, env=release_env(version),
-                              cwd=str(REPO_ROOT))
-        _release_reports[version] = _report(proc)
-    return _release_reports[version]
+@pytest.fixture
+def release_report(request, shared_report) -> dict:
+    """tests/fakes/release_hardening_probe.py's report for this test's release (one interpreter per
+    release per test run)."""
+    return made_ahead_report(request.node, shared_report)
 
 
 # -- 1: every hook traces under torch.compile(fullgraph=True), in every state ------------------------
-@pytest.mark.parametrize("version", RELEASES)
-def test_hooks_trace_under_fullgraph_compile_in_every_state(version):
-    states = release_report(version)["states"]
+@pytest.mark.parametrize("version", HARDENED)
+def test_hooks_trace_under_fullgraph_compile_in_every_state(version, release_report):
+    states = release_report["states"]
     assert (states["on"]["enabled"], states["bad"]["error"], states["off"]["enabled"]) == (True, True, False)
     for state, got in states.items():
         calls = {k: v for k, v in got.items() if k in ("linear", "wkv")}
@@ -262,11 +258,11 @@ def test_launch_flag_help_matches_the_tables():
 
 
 
-@pytest.mark.parametrize("version", RELEASES)
-def test_v41_compressor_is_named_and_selected_on_every_release_that_has_it(version):
+@pytest.mark.parametrize("version", HARDENED)
+def test_v41_compressor_is_named_and_selected_on_every_release_that_has_it(version, release_report):
     from fakes.fake_backends import FAKE_KERNEL as KERNEL
 
-    rep = release_report(version)["v41"]
+    rep = release_report["v41"]
     assert rep["has_v41"] is (version in HAS_V41), rep
     if not rep["has_v41"]:
         assert rep["v41_targets"] == []

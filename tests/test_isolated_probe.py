@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -41,6 +43,35 @@ def probe_env(tmp_path, monkeypatch):
     return cache, count
 
 
+@pytest.fixture(scope="session")
+def kept_pass(shared_report, tmp_path_factory) -> Path:
+    """A cache dir holding one pass of "pass" at SHAPE, tag-1, made by a real child once per test run."""
+
+    def produce() -> str:
+        root = tmp_path_factory.mktemp("kept-pass")
+        cache, count = root / "cache", root / "count.txt"
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH")) if p))
+            mp.setenv(S.PROBE_CACHE_VAR, str(cache))
+            mp.setenv(probe_fakes.COUNT_VAR, str(count))
+            mp.setenv(probe_fakes.TAG_VAR, "tag-1")
+            r = _probe("pass")
+        assert r.ok and "cached" not in r.detail and _children(count) == 1 and len(_cached(cache)) == 1, r
+        return str(cache)
+
+    return Path(shared_report("isolated-probe-kept-pass", produce))
+
+
+@pytest.fixture
+def kept_pass_env(probe_env, kept_pass):
+    """probe_env whose cache already holds a pass for "pass" (copied, modes kept; no child has run yet)."""
+    cache, count = probe_env
+    shutil.copytree(kept_pass, cache)
+    (entry,) = cache.glob("*.json")
+    assert V.read(entry, json.loads(entry.read_bytes())["key"]).ok  # trusted here, as if made here
+    return cache, count
+
+
 def _probe(kernel: str, timeout: float = OK_TIMEOUT, **kw):
     m, n, k = SHAPE
     return P.probe_in_child("probefake", kernel, "cpu", m, n, k, timeout, resolver=RESOLVER, **kw)
@@ -64,13 +95,13 @@ def test_a_correct_kernel_passes_and_the_pass_is_cached(probe_env):
     assert _children(count) == 1  # no second child
 
 
-def test_a_changed_source_tag_misses_the_cache(probe_env, monkeypatch):
-    cache, count = probe_env
-    assert _probe("pass").ok and _children(count) == 1
+def test_a_changed_source_tag_misses_the_cache(kept_pass_env, monkeypatch):
+    cache, count = kept_pass_env
+    assert "cached" in _probe("pass").detail and _children(count) == 0  # tag-1: the kept pass
     monkeypatch.setenv(probe_fakes.TAG_VAR, "tag-2")  # the kernel source changed
     r = _probe("pass")
     assert r.ok and "cached" not in r.detail
-    assert _children(count) == 2 and len(_cached(cache)) == 2
+    assert _children(count) == 1 and len(_cached(cache)) == 2
 
 
 @pytest.mark.parametrize("kernel, words", [
@@ -117,9 +148,8 @@ def test_an_unknown_kernel_or_backend_fails_without_a_child(probe_env):
     assert _children(count) == 0 and _cached(cache) == []
 
 
-def test_corrupt_or_foreign_cache_entries_are_ignored(probe_env):
-    cache, count = probe_env
-    assert _probe("pass").ok
+def test_corrupt_or_foreign_cache_entries_are_ignored(kept_pass_env):
+    cache, count = kept_pass_env
     (entry,) = cache.glob("*.json")
     good = entry.read_bytes()
     fields = json.loads(good)["key"]
@@ -146,7 +176,7 @@ def test_corrupt_or_foreign_cache_entries_are_ignored(probe_env):
     entry.unlink()
     entry.write_bytes(b"{not json")
     r = _probe("pass")  # end to end: the corrupt entry is ignored and replaced by a fresh pass
-    assert r.ok and "cached" not in r.detail and _children(count) == 2
+    assert r.ok and "cached" not in r.detail and _children(count) == 1
     assert V.read(entry, fields).ok
 
 
@@ -227,9 +257,8 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="simulating another us
 @needs_root
 @pytest.mark.parametrize("plant", ["entry of another user", "entry writable by others", "dir of another user",
                                    "dir writable by others"])
-def test_a_cached_pass_is_trusted_only_in_our_own_private_files(probe_env, plant):
-    cache, count = probe_env
-    assert _probe("pass").ok and _children(count) == 1
+def test_a_cached_pass_is_trusted_only_in_our_own_private_files(kept_pass_env, plant):
+    cache, count = kept_pass_env
     (entry,) = cache.glob("*.json")
     assert entry.stat().st_mode & 0o777 == 0o600 and cache.stat().st_mode & 0o777 == 0o700
     target = entry if plant.startswith("entry") else cache
@@ -238,20 +267,19 @@ def test_a_cached_pass_is_trusted_only_in_our_own_private_files(probe_env, plant
     else:
         os.chmod(target, target.stat().st_mode | 0o022)
     r = _probe("pass")
-    assert r.ok and "cached" not in r.detail and _children(count) == 2, r
+    assert r.ok and "cached" not in r.detail and _children(count) == 1, r
     if target is entry:  # a private directory: the planted entry is replaced by our own pass
         assert entry.stat().st_uid == os.geteuid() and "cached" in _probe("pass").detail
-        assert _children(count) == 2
+        assert _children(count) == 1
 
 
-def test_a_deeply_nested_entry_is_ignored_and_replaced(probe_env):
-    cache, count = probe_env
-    assert _probe("pass").ok
+def test_a_deeply_nested_entry_is_ignored_and_replaced(kept_pass_env):
+    cache, count = kept_pass_env
     (entry,) = cache.glob("*.json")
     entry.write_text("[" * 30000 + "]" * 30000)  # json.loads: RecursionError
     r = _probe("pass")
-    assert r.ok and "cached" not in r.detail and _children(count) == 2, r
-    assert "cached" in _probe("pass").detail and _children(count) == 2
+    assert r.ok and "cached" not in r.detail and _children(count) == 1, r
+    assert "cached" in _probe("pass").detail and _children(count) == 1
 
 
 def test_a_partial_line_on_stdout_does_not_hide_the_verdict(probe_env):

@@ -15,6 +15,7 @@ other releases carry the ``releases`` marker, deselected by default:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, TESTS_DIR, subprocess_env
+from conftest import REPO_ROOT, TESTS_DIR, made_ahead_report, subprocess_env
 from fakes.fake_backends import FAKE_KERNEL, FAKE_KEY
 from sglang_fp32gemm.backends.probe import TRIALS as PROBE_RUNS
 
@@ -85,11 +86,17 @@ def no_row(kind: str) -> str:
 NO_ROWS = {no_row(k): 1 for k in N}
 
 
-def _param(v: str):
-    return pytest.param(v, id=v, marks=() if v in (NEWEST, DEFAULT_OLD) else pytest.mark.releases)
+def _param(v: str, *marks: pytest.MarkDecorator):
+    return pytest.param(v, id=v, marks=(*marks, *(() if v in (NEWEST, DEFAULT_OLD) else [pytest.mark.releases])))
 
 
 RELEASES = [_param(v) for v in EXPECTED]
+
+
+def releases_reading(script: str, key: str) -> list:
+    """RELEASES, each marked to read ``tests/fakes/<script>``'s report for that release (made ahead, once)."""
+    path = TESTS_DIR / "fakes" / script
+    return [_param(v, pytest.mark.made_ahead(f"{key}-{v}", functools.partial(run_report, path, v))) for v in EXPECTED]
 
 
 def release_pythonpath(version: str) -> str:
@@ -113,20 +120,22 @@ def release_env(version: str, **extra: str) -> dict[str, str]:
     return env
 
 
-_reports: dict[str, dict] = {}
+def run_report(script: Path, version: str) -> dict:
+    """``script``'s ``REPORT {json}`` line, run in a fresh interpreter inside SGLang ``version``."""
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                          env=release_env(version), cwd=str(REPO_ROOT))
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+    assert lines, f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return json.loads(lines[-1][len("REPORT "):])
+
+
+PROBED = releases_reading("release_probe.py", "release-probe")
 
 
 @pytest.fixture
-def report(request):
-    """The probe's report for this test's release (one subprocess per release per session)."""
-    version = request.node.callspec.params["version"]
-    if version not in _reports:
-        proc = subprocess.run([sys.executable, str(TESTS_DIR / "fakes" / "release_probe.py")], capture_output=True,
-                              text=True, timeout=600, env=release_env(version), cwd=str(REPO_ROOT))
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
-        assert lines, f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-        _reports[version] = json.loads(lines[-1][len("REPORT "):])
-    rep = _reports[version]
+def report(request, shared_report):
+    """The probe's report for this test's release (one subprocess per release per test run)."""
+    rep = made_ahead_report(request.node, shared_report)
     assert "crash" not in rep, rep.get("traceback", rep)
     return rep
 
@@ -157,7 +166,7 @@ def assert_exact(rel: dict[str, float], tol: float = 1e-5) -> None:
 
 
 # -- the tests ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("version", RELEASES)
+@pytest.mark.parametrize("version", PROBED)
 def test_release_is_loaded_by_sglangs_own_loader(version, report):
     assert report["sglang"][0] == version
     assert not report["plugin_preloaded"]
@@ -165,7 +174,7 @@ def test_release_is_loaded_by_sglangs_own_loader(version, report):
     assert Path(report["plugin_file"]).resolve().is_relative_to(REPO_ROOT.resolve())
 
 
-@pytest.mark.parametrize("version", RELEASES)
+@pytest.mark.parametrize("version", PROBED)
 def test_release_layout_and_hooks(version, report):
     family, linear_module, methods, _ = EXPECTED[version]
     lay, st = report["layout"], report["state"]
@@ -184,7 +193,7 @@ def test_release_layout_and_hooks(version, report):
     assert report["describe"][0] == f"SGLang {version}: release layout {family}"
 
 
-@pytest.mark.parametrize("version", RELEASES)
+@pytest.mark.parametrize("version", PROBED)
 def test_release_rebinds_every_by_name_import(version, report):
     h = report["holders"]
     assert h["original"] == [], h  # no module still holds SGLang's unhooked function
@@ -196,7 +205,7 @@ def test_release_rebinds_every_by_name_import(version, report):
     assert report["twice_same"] and set(report["hook_counts"].values()) == {1}, report["hook_counts"]
 
 
-@pytest.mark.parametrize("version", RELEASES)
+@pytest.mark.parametrize("version", PROBED)
 def test_release_compressor_layers_fp32_through_the_plugin(version, report):
     assert report["shapes"] == {k: [n, K] for k, n in N.items()}
     assert report["disabled"]["equal_original"] and report["disabled"]["counters"] == {}
@@ -208,7 +217,7 @@ def test_release_compressor_layers_fp32_through_the_plugin(version, report):
     assert_routed(report["enabled_cpu"], [], NO_ROWS, judged=dict.fromkeys(N, True))
 
 
-@pytest.mark.parametrize("version", RELEASES)
+@pytest.mark.parametrize("version", PROBED)
 def test_release_layer_selection_is_honoured(version, report):
     assert_exact(report["kinds_exclude"]["rel"])
     assert_routed(report["kinds_exclude"], ["indexer"], {"layer not selected": 2},
@@ -222,7 +231,7 @@ def test_release_layer_selection_is_honoured(version, report):
                       judged={"hca": False, "csa": True, "indexer": False})
 
 
-@pytest.mark.parametrize("version", RELEASES)
+@pytest.mark.parametrize("version", PROBED)
 def test_release_rocm_aiter_path_gives_fp32_when_enabled(version, report):
     rounds = EXPECTED[version][3]
     cases = {"default": report["aiter"]}
@@ -250,7 +259,7 @@ def test_release_rocm_aiter_path_gives_fp32_when_enabled(version, report):
         assert report["aiter"]["plain_sglang_rel"] > 1e-4  # linear_bf16_fp32 itself rounds there
 
 
-@pytest.mark.parametrize("version", RELEASES)
+@pytest.mark.parametrize("version", PROBED)
 def test_release_launch_flags_are_exported(version, report):
     f = report["flags"]
     assert f["model_path"] == "dummy"
@@ -260,7 +269,7 @@ def test_release_launch_flags_are_exported(version, report):
     assert f["selection"] == f"{f['layers_path']}: layers=0-30 kinds=hca,csa"
 
 
-@pytest.mark.parametrize("version", RELEASES)
+@pytest.mark.parametrize("version", PROBED)
 def test_release_bad_layer_file_stops_argument_preparation_in_one_line(version, report):
     b = report["flags_bad"]
     assert b["raised"] == "SystemExit", b  # the interpreter prints its message, exits 1, no traceback
@@ -268,13 +277,27 @@ def test_release_bad_layer_file_stops_argument_preparation_in_one_line(version, 
     assert "\n" not in b["message"] and not b["chained"], b
 
 
-@pytest.mark.parametrize("version", [p for p in RELEASES if p.values[0] != NEWEST])  # 0.5.23: test_sglang_integration
+def assert_help_lists_the_flags(text: str) -> None:
+    assert "--enable-flydsl-fp32-gemm" in text and "--flydsl-fp32-gemm-layers" in text
+    assert "sglang-fp32gemm plugin" in text
+
+
+@pytest.mark.parametrize("version", PROBED)
+def test_release_argument_help_lists_the_flags(version, report):
+    assert report["help"]["exit"] == 0, report["help"]
+    assert_help_lists_the_flags(report["help"]["text"])
+
+
+# The release's own launcher, end to end: it runs test_release_argument_help_lists_the_flags's path
+# (load_plugins(), then prepare_server_args(argv)), which the real launches of test_sglang_integration
+# show it takes. The slow job (0.5.23, 0.5.20) and the releases job.
+@pytest.mark.slow
+@pytest.mark.parametrize("version", RELEASES)
 def test_release_launch_server_help_lists_the_flags(version):
     proc = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--help"], capture_output=True, text=True,
                           timeout=300, env=release_env(version), cwd=str(REPO_ROOT))
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "--enable-flydsl-fp32-gemm" in proc.stdout and "--flydsl-fp32-gemm-layers" in proc.stdout
-    assert "sglang-fp32gemm plugin" in proc.stdout
+    assert_help_lists_the_flags(proc.stdout)
 
 
 # -- errors name the real cause ----------------------------------------------------------------------------

@@ -2,8 +2,12 @@
 
 Start-up behaviour (entry point, hook binding, launch flags, worker
 processes, a bad configuration at launch and in a worker) is checked in
-fresh interpreters, several checks per process; the DeepSeek-V4 Compressor
-hook is exercised in this process after SGLang's own load_plugins().
+fresh interpreters, several checks per process (and each interpreter once
+per test run, whichever xdist worker asks first: ``shared_report``); the
+DeepSeek-V4 Compressor hook and SGLang's argument preparation with a bad
+configuration are exercised in this process after SGLang's own
+load_plugins(), the real launcher in two launches (three more, and
+``--help``: ``-m slow``, test_releases.py).
 
 What a hook routes is observed where the hooks hand it over: the calls of
 ``Router.kernel_for`` (x and w, as given), the per-module layer
@@ -24,7 +28,7 @@ import types
 import pytest
 import torch
 
-from conftest import assert_fp32_close, rand_bf16, rel_err, run_python, subprocess_env
+from conftest import TESTS_DIR, assert_fp32_close, made_ahead_report, rand_bf16, rel_err, run_python, subprocess_env
 from fakes.fake_aiter import install_fake_aiter
 from fakes.fake_backends import FAKE_KERNEL, ExactFake, make_router, rows_csv
 from sglang_fp32gemm import hooks, routing
@@ -125,19 +129,27 @@ print("REPORT " + json.dumps(rep))
 '''
 
 
-@pytest.fixture(scope="module")
-def before():
-    from conftest import TESTS_DIR
-
+def _run_before() -> dict:
     # On when SGLang loads it, as in a worker of a launch with the flag: every hook is installed.
     env = subprocess_env(TESTS_DIR=str(TESTS_DIR), SGLANG_ENABLE_FLYDSL_FP32_GEMM="1")
     return _report(run_python(_BEFORE, env=env, timeout=500))
 
 
+# The tests that read process 1's report (made once per test run, in the background from the start).
+reads_before = pytest.mark.made_ahead("integration-before", _run_before)
+
+
+@pytest.fixture
+def before(request, shared_report):
+    return made_ahead_report(request.node, shared_report)
+
+
+@reads_before
 def test_entry_point_is_registered_in_sglangs_group(before):
     assert ["fp32gemm", "sglang_fp32gemm.plugin:register"] in before["eps"]
 
 
+@reads_before
 def test_sglang_load_plugins_registers_the_plugin(before):
     st = before["state"]
     assert st["registered"] is True and st["errors"] == []
@@ -145,18 +157,21 @@ def test_sglang_load_plugins_registers_the_plugin(before):
     assert st["linear_target"] == LINEAR and st["compressor_target"] == WKV
 
 
+@reads_before
 def test_bindings_imported_before_load_plugins_are_rebound(before):
     assert before["linear_hooked"] and before["wkv_hooked"]
     assert before["compressor_bound"] and before["dsv41_bound"]
     assert before["add_cli_hooked"] and before["from_cli_hooked"] and before["from_cli_classmethod"]
 
 
+@reads_before
 def test_registering_twice_applies_each_hook_once(before):
     assert before["twice_same"]
     assert set(before["hook_counts"].values()) == {1}, before["hook_counts"]
     assert before["single_wrapper"]
 
 
+@reads_before
 def test_hooked_linear_returns_the_original_result_when_disabled_and_on_cpu(before):
     assert before["env_before"] == {"SGLANG_ENABLE_FLYDSL_FP32_GEMM": "1", "SGLANG_FLYDSL_FP32_GEMM_SOURCE": None}
     assert before["disabled_exact"]
@@ -165,6 +180,7 @@ def test_hooked_linear_returns_the_original_result_when_disabled_and_on_cpu(befo
     assert before["counters"] == {"torch|no compressor layer (a layer file is set)": 1}
 
 
+@reads_before
 def test_launch_flag_exports_the_environment(before):
     assert before["model_path"] == "dummy"
     assert before["env"] == {"SGLANG_ENABLE_FLYDSL_FP32_GEMM": "1", "SGLANG_FLYDSL_FP32_GEMM_SOURCE": "flag",
@@ -173,6 +189,7 @@ def test_launch_flag_exports_the_environment(before):
     assert before["router_selection"] == f"{before['layers_abs']}: layers=0-30 kinds=hca,csa"
 
 
+@reads_before
 def test_spawned_worker_inherits_the_flag_and_loads_the_plugin(before):
     wk = before["worker"]
     assert "error" not in wk, wk
@@ -186,59 +203,13 @@ def test_spawned_worker_inherits_the_flag_and_loads_the_plugin(before):
     assert wk["linear_hooked"] and wk["compressor_bound"] and wk["wkv_hooked"]
 
 
-# -- process 2: modules imported AFTER load_plugins; a bad layer file -----------------------------------
-_AFTER = r'''
-import json, os, sys, tempfile
-from sglang.srt.plugins import load_plugins
-load_plugins()
-# LongCat binds linear_bf16_fp32 by name and is not imported by the plugin (which imports dsv41_sparse).
-rep = {"longcat_preloaded": "sglang.srt.models.longcat_flash" in sys.modules}
-import sglang.srt.models.longcat_flash as L
-import sglang.kernels.ops.gemm.bf16_fp32 as G
-import sglang.srt.layers.attention.dsv4.dsv41_sparse as D
-import sglang.srt.layers.attention.dsv4.compressor as C
-rep["linear_hooked"] = hasattr(G.linear_bf16_fp32, "__wrapped__")
-rep["dsv41_bound"] = D.linear_bf16_fp32 is G.linear_bf16_fp32
-rep["longcat_bound"] = L.linear_bf16_fp32 is G.linear_bf16_fp32
-rep["compressor_bound"] = C.linear_bf16_fp32 is G.linear_bf16_fp32
-rep["wkv_hooked"] = hasattr(C.Compressor._compute_wkv_gate, "__wrapped__")
-from sglang.srt.server_args import prepare_server_args
-bad = os.path.join(tempfile.mkdtemp(), "bad.txt")
-open(bad, "w").write("layers = 1\nkinds = hca, mla\n")
-try:
-    prepare_server_args(["--model-path", "dummy", "--enable-flydsl-fp32-gemm", "--flydsl-fp32-gemm-layers", bad])
-    rep["raised"] = None
-except BaseException as e:  # SystemExit is not an Exception
-    rep["raised"] = [type(e).__name__, str(e), repr(e.__cause__), e.__suppress_context__]
-rep["bad"] = bad
-# Without the flag the plugin stays off and a bad file is not read.
-os.environ.pop("SGLANG_ENABLE_FLYDSL_FP32_GEMM", None)
-prepare_server_args(["--model-path", "dummy"])
-from sglang_fp32gemm import routing
-rep["off_without_flag"] = not routing.get_router().enabled
-print("REPORT " + json.dumps(rep))
-'''
-
-
-@pytest.fixture(scope="module")
-def after():
-    return _report(run_python(_AFTER, timeout=300, env=subprocess_env(SGLANG_ENABLE_FLYDSL_FP32_GEMM="1")))
-
-
-def test_bindings_imported_after_load_plugins_are_the_hooked_ones(after):
-    assert not after["longcat_preloaded"]  # really imported afterwards
-    assert after["linear_hooked"] and after["longcat_bound"] and after["dsv41_bound"] and after["compressor_bound"]
-    assert after["wkv_hooked"]
-
-
-def test_bad_layer_file_stops_argument_preparation_with_file_and_line(after):
-    name, msg, cause, suppressed = after["raised"]
-    # SystemExit(message): the interpreter prints the one line and exits 1, no traceback.
-    assert name == "SystemExit"
-    assert msg.startswith(f"{STOPPED}{after['bad']}:2: ") and "unknown kind(s) mla" in msg
-    assert "\n" not in msg
-    assert cause == "None" and suppressed  # raised "from None": no chained ConfigError to print
-    assert after["off_without_flag"]
+@reads_before
+def test_bindings_imported_after_load_plugins_are_the_hooked_ones(before):
+    # The spawned worker loads the plugins first, then imports the modules (fakes/spawn_worker.py).
+    wk = before["worker"]
+    assert not wk["longcat_preloaded"]  # really imported afterwards
+    assert wk["linear_hooked"] and wk["longcat_bound"] and wk["dsv41_bound"] and wk["compressor_bound"]
+    assert wk["wkv_hooked"]
 
 
 # -- the real launcher -----------------------------------------------------------------------------------
@@ -250,30 +221,14 @@ def _launch(*args: str, **env: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300, env=subprocess_env(**env))
 
 
-def test_launch_server_help_lists_the_plugin_flags():
-    proc = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--help"], capture_output=True,
-                          text=True, timeout=300, env=subprocess_env())
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "--enable-flydsl-fp32-gemm" in proc.stdout
-    assert "--flydsl-fp32-gemm-layers" in proc.stdout
-    assert "sglang-fp32gemm plugin" in proc.stdout
-
-
-@pytest.mark.parametrize("case", [
-    "layer-file-flag",
-    "table-env-flag",
-    "layer-file-env",
-    "enable-var",
-    "deterministic-var-flag",
-])
-def test_launch_server_with_a_bad_configuration_stops_with_one_line(tmp_path, case):
-    """Exit code 1, one stderr line naming the file:line or the variable, printed once, no traceback."""
+def _bad_configuration(tmp_path, case: str) -> tuple[list[str], dict[str, str], str]:
+    """A launch's bad configuration: (launch arguments, environment, what its one line names)."""
     bad = tmp_path / "layers.txt"
     bad.write_text("# ok\nlayers = 9-3\n")
     table = tmp_path / "tuned.csv"
     table.write_text(rows_csv([(4, 512, K)], gfx="gfx950", cu_num=256, kernel="nonsense"))
     flag = "--enable-flydsl-fp32-gemm"
-    args, env, where = {
+    return {
         "layer-file-flag": ([flag, "--flydsl-fp32-gemm-layers", str(bad)], {},
                             f"{bad}:2: bad range '9-3'"),
         "table-env-flag": ([flag], {S.CONFIG_VAR: str(table)},
@@ -282,6 +237,52 @@ def test_launch_server_with_a_bad_configuration_stops_with_one_line(tmp_path, ca
         "enable-var": ([], {S.ENABLE_VAR: "maybe"}, f"{S.ENABLE_VAR}='maybe'"),
         "deterministic-var-flag": ([flag], {S.DETERMINISTIC_VAR: "maybe"}, f"{S.DETERMINISTIC_VAR}='maybe'"),
     }[case]
+
+
+BAD_CASES = ["layer-file-flag", "table-env-flag", "layer-file-env", "enable-var", "deterministic-var-flag"]
+# Every case stops in the same place (the plugin's ServerArgs.from_cli_args hook raises SystemExit),
+# checked for all five in this process below; two real launches (a flag, a variable the plugin reads
+# while it loads) show the launcher's side by default, the other three run in the slow job.
+REAL_LAUNCHES = ("layer-file-flag", "enable-var")
+
+
+@pytest.mark.parametrize("case", BAD_CASES)
+def test_a_bad_configuration_stops_sglangs_argument_preparation_with_one_line(
+        sglang_plugins_loaded, tmp_path, monkeypatch, case):
+    """SGLang's own prepare_server_args, as the launcher calls it: SystemExit(one line), nothing chained."""
+    from sglang.srt.server_args import prepare_server_args
+
+    args, env, where = _bad_configuration(tmp_path, case)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(SystemExit) as e:
+        prepare_server_args(["--model-path", "dummy", *args])
+    msg = e.value.code
+    assert isinstance(msg, str) and msg.startswith(STOPPED + where) and "\n" not in msg, msg
+    # Raised "from None": the interpreter prints the one line, exits 1, no chained ConfigError.
+    assert e.value.__cause__ is None and e.value.__suppress_context__
+
+
+def test_without_the_flag_the_plugin_stays_off_and_a_bad_layer_file_is_not_read(
+        sglang_plugins_loaded, tmp_path, monkeypatch):
+    from sglang.srt.server_args import prepare_server_args
+
+    from sglang_fp32gemm import plugin
+
+    _, env, _ = _bad_configuration(tmp_path, "layer-file-env")
+    monkeypatch.setenv(S.LAYERS_VAR, env[S.LAYERS_VAR])
+    assert "sglang.srt.server_args.ServerArgs.from_cli_args" in plugin.STATE["hooks"]
+    sa = prepare_server_args(["--model-path", "dummy"])  # does not stop
+    assert sa.model_path == "dummy"
+    r = routing.get_router()
+    assert not r.enabled and r.error is None
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=() if c in REAL_LAUNCHES else pytest.mark.slow)
+                                  for c in BAD_CASES])
+def test_launch_server_with_a_bad_configuration_stops_with_one_line(tmp_path, case):
+    """Exit code 1, one stderr line naming the file:line or the variable, printed once, no traceback."""
+    args, env, where = _bad_configuration(tmp_path, case)
     proc = _launch(*args, **env)
     err = proc.stderr
     assert proc.returncode == 1, (proc.returncode, err[-4000:])
@@ -291,7 +292,7 @@ def test_launch_server_with_a_bad_configuration_stops_with_one_line(tmp_path, ca
     assert hits[0].startswith(STOPPED + where), hits
 
 
-# -- process 3: SGLang's layout not found ------------------------------------------------------------------
+# -- process 2: SGLang's layout not found ------------------------------------------------------------------
 _NOT_FOUND = r'''
 import json, logging
 records = []
@@ -324,7 +325,7 @@ def test_missing_sglang_layout_is_one_error_line_naming_every_path():
     assert len(st["errors"]) == 1 and rep["linear_untouched"]
 
 
-# -- process 4: a worker started with a bad configuration keeps serving, exactly -----------------------------
+# -- process 3: a worker started with a bad configuration keeps serving, exactly -----------------------------
 _BAD_WORKER = r'''
 import json, logging, os, tempfile
 records = []

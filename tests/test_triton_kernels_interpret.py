@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from conftest import REPO_ROOT, run_python, subprocess_env
+from conftest import REPO_ROOT, made_ahead_report, run_python, subprocess_env
 
 from sglang_fp32gemm.exactness import REL_TOL
 
@@ -238,13 +238,21 @@ print("REPORT " + json.dumps(report))
 '''
 
 
-@pytest.fixture(scope="module")
-def report():
+def _run_script() -> dict:
     payload = json.dumps({"ticket": TICKET_CASES, "epoch": EPOCH_CASES, "ms": BIND_MS})
     proc = run_python(_SCRIPT, payload, env=subprocess_env(TRITON_INTERPRET="1"), timeout=600)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
     assert proc.returncode == 0 and lines, f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return json.loads(lines[-1][len("REPORT "):])
+
+
+# The tests that read the script's report (made once per test run, in the background from the start).
+reads_report = pytest.mark.made_ahead("triton-kernels-interpret", _run_script)
+
+
+@pytest.fixture
+def report(request, shared_report):
+    return made_ahead_report(request.node, shared_report)
 
 
 def _exact(r, what=""):
@@ -257,6 +265,7 @@ def _exact(r, what=""):
 # -- ticket (triton-det) -----------------------------------------------------------------------------
 @pytest.mark.parametrize("i", range(len(TICKET_CASES)),
                          ids=[f"bm{c[0]}bn{c[1]}bk{c[2]}sk{c[3]}-M{s[0]}N{s[1]}K{s[2]}" for c, s in TICKET_CASES])
+@reads_report
 def test_ticket_kernel_is_fp32_exact_deterministic_and_leaves_counters_zero(report, i):
     r = report["ticket"][i]
     assert r["mnk"] == list(TICKET_CASES[i][1]), r
@@ -274,6 +283,7 @@ def test_ticket_cases_cover_split_1_2_7_and_partial_m_tiles():
 # -- epoch (triton) ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("i", range(len(EPOCH_CASES)),
                          ids=[f"bm{c[0]}bn{c[1]}bk{c[2]}sk{c[3]}-M{s[0]}N{s[1]}K{s[2]}" for c, s in EPOCH_CASES])
+@reads_report
 def test_epoch_kernel_is_fp32_exact_over_three_calls(report, i):
     r = report["epoch"][i]
     assert r["mnk"] == list(EPOCH_CASES[i][1]), r
@@ -282,6 +292,7 @@ def test_epoch_kernel_is_fp32_exact_over_three_calls(report, i):
 
 
 @pytest.mark.parametrize("i", range(len(EPOCH_CASES)))
+@reads_report
 def test_epoch_counters_advance_once_per_call_for_the_tiles_used(report, i):
     c, (m, n, _) = EPOCH_CASES[i]
     bm, bn, sk = c[0], c[1], c[3]
@@ -306,6 +317,7 @@ def test_epoch_cases_cover_split_1_odd_splits_and_partial_m_tiles():
     assert any(-(-s[0] // c[0]) > 1 for c, s in EPOCH_CASES)  # several token tiles
 
 
+@reads_report
 def test_epoch_wraps_around_int32(report):
     w = report["wrap"]
     for run in w["runs"]:
@@ -353,6 +365,7 @@ def test_epoch_wait_spins_on_a_flag_that_never_comes():
 
 # -- bind() on the CPU device ---------------------------------------------------------------------------
 @pytest.mark.parametrize("which", ["bind_ticket", "bind_epoch"])
+@reads_report
 def test_bound_fn_on_cpu_is_fp32_exact_for_every_m(report, which):
     b = report[which]
     assert [r["m"] for r in b["runs"]] == BIND_MS
@@ -363,12 +376,14 @@ def test_bound_fn_on_cpu_is_fp32_exact_for_every_m(report, which):
     assert b["fast"] is False and b["reason"] == "not tried", b
 
 
+@reads_report
 def test_bound_ticket_fn_repeats_bitwise_and_leaves_counters_zero(report):
     b = report["bind_ticket"]
     assert all(r["repeat_equal"] for r in b["runs"]), b
     assert b["counters_zero"], b
 
 
+@reads_report
 def test_bound_epoch_fn_advances_epochs_per_tile_row(report):
     b = report["bind_epoch"]
     # each M was called twice (the repeat check); tile rows of 16 tokens, 2 tiles a row
@@ -379,6 +394,7 @@ def test_bound_epoch_fn_advances_epochs_per_tile_row(report):
 
 # -- the fast path's marshalling -------------------------------------------------------------------------
 @pytest.mark.parametrize("key", ["ticket", "epoch"])
+@reads_report
 def test_fast_path_arguments_run_the_right_product(report, key):
     """What the bound fn hands CompiledKernel.run, rebuilt from raw pointers and run positionally."""
     f = report["fastpath"][key]
@@ -398,6 +414,7 @@ def test_fast_path_arguments_run_the_right_product(report, key):
 
 
 @pytest.mark.parametrize("key", ["ticket", "epoch"])
+@reads_report
 def test_fast_path_only_for_calls_inside_the_compiled_specialization(report, key):
     routes = {r["label"]: r for r in report["fastpath"][key]["routes"]}
     for r in routes.values():

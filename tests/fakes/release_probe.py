@@ -332,7 +332,21 @@ def main() -> None:
     disable()
 
     # -- the launch flags through SGLang's argument preparation ----------------------------------------
+    import contextlib
+    import io
+
     from sglang.srt.server_args import prepare_server_args
+
+    # What `python -m sglang.launch_server --help` does after its load_plugins(): argparse prints the
+    # help of the parser prepare_server_args builds, then exits 0.
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        try:
+            prepare_server_args(["--help"])
+            code = None
+        except SystemExit as e:
+            code = e.code
+    REP["help"] = {"exit": code, "text": text.getvalue()}
 
     d = tempfile.mkdtemp()
     layers = os.path.join(d, "sel.txt")

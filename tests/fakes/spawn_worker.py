@@ -1,4 +1,5 @@
-"""A worker body for multiprocessing "spawn" tests: what an SGLang scheduler process does first.
+"""A worker body for multiprocessing "spawn" tests: what an SGLang scheduler process does first
+(load the plugins, then import the model code whose bindings the hooks must have replaced).
 
 It must live in an importable module (spawn pickles the target by name).
 """
@@ -16,8 +17,13 @@ def main(queue) -> None:
         from sglang.srt.plugins import load_plugins
 
         load_plugins()
+        # Imported after the plugins loaded: LongCat binds linear_bf16_fp32 by name and is not imported
+        # by the plugin (which imports dsv41_sparse and the compressor to hook them).
+        longcat_preloaded = "sglang.srt.models.longcat_flash" in sys.modules
         import sglang.kernels.ops.gemm.bf16_fp32 as G
         import sglang.srt.layers.attention.dsv4.compressor as C
+        import sglang.srt.layers.attention.dsv4.dsv41_sparse as D
+        import sglang.srt.models.longcat_flash as L
 
         from sglang_fp32gemm import plugin, routing
 
@@ -35,6 +41,9 @@ def main(queue) -> None:
             "selection": r.config.selection.describe(),
             "linear_hooked": hasattr(G.linear_bf16_fp32, "__wrapped__"),
             "compressor_bound": C.linear_bf16_fp32 is G.linear_bf16_fp32,
+            "longcat_preloaded": longcat_preloaded,
+            "longcat_bound": L.linear_bf16_fp32 is G.linear_bf16_fp32,
+            "dsv41_bound": D.linear_bf16_fp32 is G.linear_bf16_fp32,
             "wkv_hooked": hasattr(C.Compressor._compute_wkv_gate, "__wrapped__"),
         })
     except BaseException as e:  # report instead of hanging the parent
