@@ -1,59 +1,9 @@
-"""Every switch of the plugin, read from the environment once per process.
+"""Every switch of the plugin, read from the environment once per process (the variables: README).
 
-The launch flags do not reach worker processes directly: ``plugin.py``
-exports them to these variables in the launcher, and SGLang's workers
-inherit the environment. ``get()`` parses on first use and caches;
-``reload()`` re-reads after the environment changed.
-
-What each variable accepts
---------------------------
-*bool* below means: surrounding whitespace is ignored, case is ignored, and
-``1``, ``true``, ``yes``, ``y``, ``on`` mean on; ``0``, ``false``, ``no``,
-``n``, ``off`` mean off (SGLang's own spellings plus ``on``/``off``).
-
-``SGLANG_ENABLE_FLYDSL_FP32_GEMM`` (bool)
-    The switch. Unset, empty or only whitespace: off. Any other value that is
-    not a bool is a ``ConfigError`` naming the variable, whether or not the
-    plugin would be enabled.
-``SGLANG_FLYDSL_FP32_GEMM_CONFIG`` (paths)
-    Extra tuned tables, separated by ``os.pathsep`` (``:`` on Linux).
-    Whitespace around each path is removed; empty entries are skipped. The
-    files are read only when the plugin is enabled.
-``SGLANG_FLYDSL_FP32_GEMM_LAYERS`` (path)
-    The per-layer opt-in file (see ``layers.py``). Whitespace around it is
-    removed; empty or unset means no file. Read only when enabled.
-``SGLANG_FLYDSL_FP32_GEMM_DETERMINISTIC`` (bool)
-    Overrides SGLang's deterministic mode for this plugin's GEMM. Unset, empty
-    or only whitespace: follow ``SGLANG_ENABLE_DETERMINISTIC_INFERENCE``.
-``SGLANG_FLYDSL_FP32_GEMM_PROBE_CACHE`` (directory)
-    Where passed child-process probe verdicts are kept
-    (``backends/verdict_cache.py``). Unset or empty:
-    ``$XDG_CACHE_HOME/sglang_fp32gemm/probes``, else
-    ``~/.cache/sglang_fp32gemm/probes``. Never an error: a directory that
-    is unusable (not a directory, cannot be created or written, owned by
-    another user or writable by group/others) means verdicts are not kept,
-    with one warning per process at the first child probe; ``explain``
-    prints the directory and whether verdicts can be kept there.
-``SGLANG_FLYDSL_FP32_GEMM_PROBE_TIMEOUT`` (seconds)
-    How long a child-process probe may run before it is killed and its
-    kernel disabled. A positive finite number (surrounding whitespace
-    ignored); unset or empty: 120. Anything else is a ``ConfigError`` naming
-    the variable.
-``SGLANG_FLYDSL_FP32_GEMM_SOURCE``
-    Internal: the launch-flag hook sets it to ``flag`` next to the switch so
-    workers can say where their setting came from. Any other value reads as
-    ``env``.
-``SGLANG_ENABLE_DETERMINISTIC_INFERENCE`` (SGLang's variable)
-    Read exactly as SGLang 0.5.23 reads it (``EnvBool`` in
-    ``sglang/srt/environ.py``): the value is lower-cased, *not* stripped;
-    ``true``, ``1``, ``yes``, ``y`` are on, ``false``, ``0``, ``no``, ``n``
-    off, and anything else (including an empty value or one with spaces)
-    is SGLang's default, off (SGLang itself warns). Never an error here.
-
-When the plugin is not enabled, a malformed value of one of its other
-variables is not an error (a disabled plugin must never stop a launch): it is
-read as its default and kept in ``Settings.problems`` so ``explain`` can show
-it. When enabled, the first such problem is raised as a ``ConfigError``.
+``plugin.py`` exports the launch flags to these variables, which SGLang's workers inherit. When the
+plugin is disabled, a malformed value of its other variables is read as its default and kept in
+``Settings.problems`` for ``explain`` (a disabled plugin never stops a launch); when enabled, the
+first such problem is raised.
 """
 
 from __future__ import annotations
@@ -73,8 +23,7 @@ DETERMINISTIC_VAR = "SGLANG_FLYDSL_FP32_GEMM_DETERMINISTIC"
 PROBE_CACHE_VAR = "SGLANG_FLYDSL_FP32_GEMM_PROBE_CACHE"
 PROBE_TIMEOUT_VAR = "SGLANG_FLYDSL_FP32_GEMM_PROBE_TIMEOUT"
 DEFAULT_PROBE_TIMEOUT_S = 120.0
-# Set by the launcher's flag hook next to ENABLE_VAR, so workers can say
-# where their setting came from.
+# Set to "flag" by the launcher's flag hook next to ENABLE_VAR.
 SOURCE_VAR = "SGLANG_FLYDSL_FP32_GEMM_SOURCE"
 # SGLang exports this for --enable-deterministic-inference.
 SGLANG_DETERMINISTIC_VAR = "SGLANG_ENABLE_DETERMINISTIC_INFERENCE"
@@ -87,7 +36,7 @@ _SGLANG_FALSE = ("false", "0", "no", "n")
 
 
 def parse_bool(var: str, value: Optional[str], default: bool = False) -> bool:
-    """The plugin's own bool grammar (see the module docstring)."""
+    """1/true/yes/y/on or 0/false/no/n/off, any case, whitespace ignored; blank is ``default``."""
     if value is None:
         return default
     v = value.strip().lower()
@@ -101,11 +50,7 @@ def parse_bool(var: str, value: Optional[str], default: bool = False) -> bool:
 
 
 def sglang_env_bool(value: Optional[str], default: bool = False) -> bool:
-    """A boolean SGLang variable, read as SGLang 0.5.23 reads it; never raises.
-
-    SGLang lower-cases the value (no strip) and uses its default for
-    anything it does not recognise.
-    """
+    """A boolean SGLang variable read as SGLang reads it (lower-cased, not stripped, else default)."""
     if value is None:
         return default
     v = value.lower()
@@ -140,16 +85,14 @@ class Settings:
     layers_path: Optional[str]
     deterministic: bool
     deterministic_source: str    # "env", "sglang" or "default"
-    #: Malformed values of the plugin's variables that were read as their
-    #: default because the plugin is disabled (empty when enabled: then the
-    #: first problem is raised instead).
+    #: Malformed values read as their default because the plugin is disabled.
     problems: tuple[str, ...] = ()
     #: Seconds a child-process probe may run (``PROBE_TIMEOUT_VAR``).
     probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S
 
 
 def from_environ(env: Optional[Mapping[str, str]] = None) -> Settings:
-    """Parse the variables; ``ConfigError`` names the variable (see the module docstring)."""
+    """Parse the variables; ``ConfigError`` names the variable."""
     env = os.environ if env is None else env
     raw = env.get(ENABLE_VAR)
     enabled = parse_bool(ENABLE_VAR, raw)  # a bad switch is always an error
@@ -187,7 +130,7 @@ def from_environ(env: Optional[Mapping[str, str]] = None) -> Settings:
 
 
 def probe_cache_dir(env: Optional[Mapping[str, str]] = None) -> str:
-    """The probe verdict cache directory (see the module docstring)."""
+    """The probe verdict cache directory: the variable, else $XDG_CACHE_HOME or ~/.cache + sglang_fp32gemm/probes."""
     env = os.environ if env is None else env
     given = (env.get(PROBE_CACHE_VAR) or "").strip()
     if given:
