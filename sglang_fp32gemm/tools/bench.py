@@ -52,6 +52,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 
+from sglang_fp32gemm import backends as backend_registry
 from sglang_fp32gemm.tools import bench_report as report
 from sglang_fp32gemm.tools import common, region, region_bench, timing
 from sglang_fp32gemm.tools.bench_measure import SEQ_N1, SEQ_N2, Bench, set_deterministic, tables_info
@@ -301,7 +302,7 @@ def main(argv: list[str] | None = None, backends: Optional[list] = None, device=
         return 2
     timer = timer or timing.CudaTimer()
     if backends is None:
-        backends = common.all_backends()
+        backends = backend_registry.all_backends()
     if args.backends:
         backends = [b for b in backends if b.name in set(args.backends)]
     modes = selected_modes(args)
@@ -313,7 +314,7 @@ def main(argv: list[str] | None = None, backends: Optional[list] = None, device=
     bench = Bench(backends, device, timer, picks, replays=args.replays)
     for name, why in bench.unavailable.items():
         print(f"backend {name}: unavailable ({why}); no column", flush=True)
-    head = {"versions": vers, "argv": common.argv_line(), "args": list(sys.argv[1:] if argv is None else argv),
+    head = {"versions": vers, "argv": " ".join([os.path.basename(sys.executable), *sys.argv]), "args": list(sys.argv[1:] if argv is None else argv),
             "tables": tables_info(), "tune_log": args.tune_log,
             "backends": [b.name for b in bench.backends], "unavailable": bench.unavailable}
     print("versions: " + ", ".join(f"{k}={v}" for k, v in vers.items() if k in

@@ -13,40 +13,24 @@ import json
 import os
 import platform
 import subprocess
-import sys
 import time
 from typing import Any, Iterable, Optional
 
 import torch
+
+from sglang_fp32gemm.backends.verdict_cache import dist_version
 
 K_PRO, K_FLASH = 7168, 4096
 N_DSV4 = (512, 1024, 2048, 2560)
 
 
 # -- backends ------------------------------------------------------------------
-def all_backends() -> list:
-    """Every backend of the package (available or not), in routing order."""
-    from sglang_fp32gemm import backends as B
-
-    return B.all_backends()
-
-
-def backend_by_name(name: str):
-    from sglang_fp32gemm import backends as B
-
-    return B.by_name(name)
-
-
 def available(b) -> tuple[bool, str]:
     try:
         ok, why = b.available()
         return bool(ok), str(why)
     except Exception as e:  # a broken install is "unavailable", with the reason
         return False, f"available() raised {type(e).__name__}: {e}"
-
-
-def is_deterministic(b, cfg) -> bool:
-    return bool(b.deterministic(cfg))
 
 
 def split_k_of(cfg) -> int:
@@ -82,10 +66,7 @@ class BindCache:
 
 # -- routing -------------------------------------------------------------------
 def route_of(x: torch.Tensor, w: torch.Tensor) -> str:
-    """Where the routed call sends (x, w): ``backend:kernelName`` or ``torch``.
-
-    The router's own entry for the call (resolved here, outside graph capture).
-    """
+    """Where the routed call sends (x, w): ``backend:kernelName`` or ``torch`` (resolved here)."""
     from sglang_fp32gemm import routing
 
     route, detail = routing.get_router().describe_call(x, w)
@@ -93,17 +74,6 @@ def route_of(x: torch.Tensor, w: torch.Tensor) -> str:
 
 
 # -- versions, logs, lists -----------------------------------------------------
-def _dist_version(*names: str) -> Optional[str]:
-    from importlib import metadata
-
-    for n in names:
-        try:
-            return metadata.version(n)
-        except Exception:
-            continue
-    return None
-
-
 def versions() -> dict:
     out: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
                            "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None)}
@@ -113,7 +83,7 @@ def versions() -> dict:
         out["triton"] = triton.__version__
     except Exception:
         out["triton"] = None
-    out["cutlass_dsl"] = _dist_version("nvidia-cutlass-dsl")
+    out["cutlass_dsl"] = dist_version("nvidia-cutlass-dsl")
     if out["cutlass_dsl"] is None:
         try:
             import cutlass
@@ -128,7 +98,7 @@ def versions() -> dict:
         out["sglang_warp_splitk"] = spec.origin if spec else None
     except Exception:
         out["sglang_warp_splitk"] = None
-    out["sglang"] = _dist_version("sglang")
+    out["sglang"] = dist_version("sglang")
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         out["gpu"] = torch.cuda.get_device_name()
@@ -145,10 +115,6 @@ def versions() -> dict:
     except Exception:
         out["git"] = None
     return out
-
-
-def argv_line() -> str:
-    return " ".join([os.path.basename(sys.executable), *sys.argv])
 
 
 class JsonLog:

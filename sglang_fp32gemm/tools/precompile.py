@@ -29,7 +29,9 @@ def _precompile_job(job: Job) -> Optional[str]:
     try:
         if _worker_binds is None:
             _worker_binds = common.BindCache()
-        b = common.backend_by_name(name)
+        from sglang_fp32gemm.backends import by_name
+
+        b = by_name(name)
         cfg = b.parse(kernel)
         dev = torch.device("cuda")
         fn = _worker_binds.get(b, cfg, kernel, dev, n, k)

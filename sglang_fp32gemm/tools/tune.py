@@ -48,6 +48,7 @@ from typing import Optional
 
 import torch
 
+from sglang_fp32gemm import backends as backend_registry
 from sglang_fp32gemm.table import TunedRow, device_key, format_rows
 from sglang_fp32gemm.tools import common, timing
 from sglang_fp32gemm.tools.buckets import grid_buckets, shape_order
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
     buckets = grid_buckets(grid)
     caps = parse_caps(args.max_per_backend)
     if backends is None:
-        backends = common.all_backends()
+        backends = backend_registry.all_backends()
     if args.backends:
         backends = [b for b in backends if b.name in set(args.backends)]
     usable = usable_backends(backends, log)
