@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 PROG = "python -m sglang_fp32gemm"
@@ -45,18 +46,12 @@ def _explain(argv: list[str]) -> int:
     return code
 
 
+_MODULES = {"demo": "sglang_fp32gemm.demo", "bench": "sglang_fp32gemm.tools.bench",
+            "tune": "sglang_fp32gemm.tools.tune", "fuzz": "sglang_fp32gemm.tools.fuzz"}
+
+
 def _command(name: str):
-    if name == "explain":
-        return _explain
-    if name == "demo":
-        from sglang_fp32gemm.demo import main
-    elif name == "bench":
-        from sglang_fp32gemm.tools.bench import main
-    elif name == "tune":
-        from sglang_fp32gemm.tools.tune import main
-    else:
-        from sglang_fp32gemm.tools.fuzz import main
-    return main
+    return _explain if name == "explain" else importlib.import_module(_MODULES[name]).main
 
 
 def main(argv: list[str] | None = None) -> int:
