@@ -102,14 +102,11 @@ def _us_line(r: dict) -> str:
     return " ".join(f"{c}={report.fmt(v)}" for c, v in r["us"].items())
 
 
-def _graph_shapes(ms_of: str, ks_of: str) -> Callable[[Any], list[Shape]]:
-    return lambda a: [Shape(m, n, k) for k in getattr(a, ks_of) for n in a.n for m in getattr(a, ms_of)]
-
-
 def _graph_mode(name: str, flag: str, tag: str, json_mode: str, title: str, det: bool) -> Mode:
     return Mode(
         name, flag, tag, json_mode,
-        shapes=_graph_shapes("det_m" if det else "m", "det_k" if det else "k"),
+        shapes=lambda a: [Shape(m, n, k) for k in (a.det_k if det else a.k) for n in a.n
+                          for m in (a.det_m if det else a.m)],
         prepare=lambda bench, a, n, k: bench.timer.weights(n, k, bench.device),
         measure=lambda bench, a, s, w: bench.graph_shape(s.m, s.n, s.k, w, peers=s.k in a.peer_k_set,
                                                           deterministic=det),
