@@ -12,7 +12,7 @@ import dataclasses
 import math
 import os
 import threading
-from typing import Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from sglang_fp32gemm.errors import ConfigError
 
@@ -72,11 +72,6 @@ def parse_seconds(var: str, value: str) -> float:
     return v
 
 
-def split_paths(value: Optional[str]) -> tuple[str, ...]:
-    """``os.pathsep``-separated paths, each stripped, empty entries skipped."""
-    return tuple(p.strip() for p in (value or "").split(os.pathsep) if p.strip())
-
-
 @dataclasses.dataclass(frozen=True)
 class Settings:
     enabled: bool
@@ -101,31 +96,30 @@ def from_environ(env: Optional[Mapping[str, str]] = None) -> Settings:
     else:
         source = "flag" if env.get(SOURCE_VAR) == "flag" else "env"
     problems: list[str] = []
-    paths = split_paths(env.get(CONFIG_VAR))
+
+    def lenient(parse: Callable[[str, str], Any], var: str, default: Any) -> Any:
+        """``parse(var, value)``; blank is ``default``, and so is a bad value while disabled."""
+        value = env.get(var)
+        if value is None or not value.strip():
+            return default
+        try:
+            return parse(var, value)
+        except ConfigError as e:
+            if enabled:
+                raise
+            problems.append(str(e))
+            return default
+
+    paths = tuple(p.strip() for p in (env.get(CONFIG_VAR) or "").split(os.pathsep) if p.strip())
     layers = (env.get(LAYERS_VAR) or "").strip() or None
-    own = env.get(DETERMINISTIC_VAR)
-    det: Optional[bool] = None
-    if own is not None and own.strip():
-        try:
-            det, det_src = parse_bool(DETERMINISTIC_VAR, own), "env"
-        except ConfigError as e:
-            if enabled:
-                raise
-            problems.append(str(e))
-    if det is None:
-        if sglang_env_bool(env.get(SGLANG_DETERMINISTIC_VAR)):
-            det, det_src = True, "sglang"
-        else:
-            det, det_src = False, "default"
-    timeout = DEFAULT_PROBE_TIMEOUT_S
-    raw_timeout = env.get(PROBE_TIMEOUT_VAR)
-    if raw_timeout is not None and raw_timeout.strip():
-        try:
-            timeout = parse_seconds(PROBE_TIMEOUT_VAR, raw_timeout)
-        except ConfigError as e:
-            if enabled:
-                raise
-            problems.append(str(e))
+    det = lenient(parse_bool, DETERMINISTIC_VAR, None)
+    if det is not None:
+        det_src = "env"
+    elif sglang_env_bool(env.get(SGLANG_DETERMINISTIC_VAR)):
+        det, det_src = True, "sglang"
+    else:
+        det, det_src = False, "default"
+    timeout = lenient(parse_seconds, PROBE_TIMEOUT_VAR, DEFAULT_PROBE_TIMEOUT_S)
     return Settings(enabled, source, paths, layers, det, det_src, tuple(problems), timeout)
 
 

@@ -9,12 +9,14 @@ Nothing here imports a kernel library at module load.
 from __future__ import annotations
 
 import gzip
+import importlib
+import importlib.util
 import json
 import os
 import platform
 import subprocess
 import time
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import torch
 
@@ -74,46 +76,34 @@ def route_of(x: torch.Tensor, w: torch.Tensor) -> str:
 
 
 # -- versions, logs, lists -----------------------------------------------------
+def _or_none(fn: Callable[[], Any]) -> Any:
+    """``fn()``, or None when it raises (a version that cannot be read is unknown)."""
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+def _run(*cmd: str, timeout: float = 20) -> Optional[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout).stdout.strip() or None
+
+
 def versions() -> dict:
     out: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
                            "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None)}
-    try:
-        import triton
-
-        out["triton"] = triton.__version__
-    except Exception:
-        out["triton"] = None
-    out["cutlass_dsl"] = dist_version("nvidia-cutlass-dsl")
-    if out["cutlass_dsl"] is None:
-        try:
-            import cutlass
-
-            out["cutlass_dsl"] = getattr(cutlass, "__version__", "importable, version unknown")
-        except Exception:
-            out["cutlass_dsl"] = None
-    try:
-        import importlib.util
-
-        spec = importlib.util.find_spec("sglang.kernels.ops.gemm.dense_bf16_gemm_warp_splitk")
-        out["sglang_warp_splitk"] = spec.origin if spec else None
-    except Exception:
-        out["sglang_warp_splitk"] = None
+    out["triton"] = _or_none(lambda: importlib.import_module("triton").__version__)
+    out["cutlass_dsl"] = dist_version("nvidia-cutlass-dsl") or _or_none(
+        lambda: getattr(importlib.import_module("cutlass"), "__version__", "importable, version unknown"))
+    spec = _or_none(lambda: importlib.util.find_spec("sglang.kernels.ops.gemm.dense_bf16_gemm_warp_splitk"))
+    out["sglang_warp_splitk"] = spec.origin if spec else None
     out["sglang"] = dist_version("sglang")
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         out["gpu"] = torch.cuda.get_device_name()
         out["sms"] = props.multi_processor_count
         out["l2_bytes"] = getattr(props, "L2_cache_size", None)
-        try:
-            out["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                           capture_output=True, text=True, timeout=20).stdout.strip() or None
-        except Exception:
-            out["driver"] = None
-    try:
-        out["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                    timeout=10).stdout.strip() or None
-    except Exception:
-        out["git"] = None
+        out["driver"] = _or_none(lambda: _run("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"))
+    out["git"] = _or_none(lambda: _run("git", "rev-parse", "--short", "HEAD", timeout=10))
     return out
 
 
