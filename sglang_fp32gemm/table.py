@@ -30,7 +30,7 @@ HEADER = (
 )
 # aiter's lookup key: the first ten columns.
 KEY_COLUMNS = HEADER[:10]
-# libtypes aiter writes; only the last two are served by a fast backend here,
+# libtypes aiter writes; flydsl, triton and cutedsl are served by a fast backend here,
 # the rest name a library this plugin leaves to torch.
 KNOWN_LIBTYPES = frozenset({"hipblaslt", "rocblas", "asm", "skinny", "torch", "flydsl", "triton", "cutedsl"})
 DTYPES = frozenset({"torch.bfloat16", "torch.float16", "torch.float32"})

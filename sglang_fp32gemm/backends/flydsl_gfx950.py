@@ -418,13 +418,6 @@ def isa_problems(facts: dict[str, Any], cfg: FlyDSLConfig, n: int = 1024, k: int
 
 # The backend
 
-def _device_arch(device: Any = None) -> str:
-    import torch
-
-    props = torch.cuda.get_device_properties(device if device is not None else torch.cuda.current_device())
-    return (getattr(props, "gcnArchName", "") or "").split(":")[0]
-
-
 class FlyDSLBackend(Backend):
     """Runs our FlyDSL kernel on gfx950 for rows with libtype ``flydsl``."""
 
@@ -445,7 +438,8 @@ class FlyDSLBackend(Backend):
             return False, "torch is not a ROCm build"
         if not torch.cuda.is_available():
             return False, "no ROCm device visible"
-        arch = _device_arch()
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        arch = (getattr(props, "gcnArchName", "") or "").split(":")[0]
         if arch != ARCH:
             return False, f"device arch {arch or '?'} is not {ARCH}"
         try:

@@ -115,10 +115,6 @@ class _OutputTail:
         return " | ".join(kept) if kept else "(no output)"
 
 
-def _package_root() -> str:
-    return str(Path(__file__).resolve().parents[2])
-
-
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the child leads its own session: also its helpers
@@ -158,7 +154,7 @@ def run_child(backend_name: str, kernel_name: str, device: torch.device, m: int,
     shape = (m, n, k)
     with tempfile.TemporaryDirectory(prefix="sglang_fp32gemm-probe-") as tmp:
         verdict_path = os.path.join(tmp, "verdict.json")
-        cmd = [sys.executable, "-c", _BOOT, _package_root(),
+        cmd = [sys.executable, "-c", _BOOT, str(Path(__file__).resolve().parents[2]),
                "--backend", backend_name, "--kernel", kernel_name, "--device", str(device),
                "--m", str(m), "--n", str(n), "--k", str(k), "--resolver", resolver,
                "--verdict-file", verdict_path]
