@@ -50,10 +50,6 @@ _MODULES = {"demo": "sglang_fp32gemm.demo", "bench": "sglang_fp32gemm.tools.benc
             "tune": "sglang_fp32gemm.tools.tune", "fuzz": "sglang_fp32gemm.tools.fuzz"}
 
 
-def _command(name: str):
-    return _explain if name == "explain" else importlib.import_module(_MODULES[name]).main
-
-
 def main(argv: list[str] | None = None) -> int:
     """The exit status: 0 for ``--help``, 2 (one line on stderr) for a missing or unknown command."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -66,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from sglang_fp32gemm.tools.cli import run_command
 
-    return run_command(_command(argv[0]), argv[1:])
+    command = _explain if argv[0] == "explain" else importlib.import_module(_MODULES[argv[0]]).main
+    return run_command(command, argv[1:])
 
 
 if __name__ == "__main__":

@@ -52,13 +52,10 @@ _KINDS = (
 )
 
 
-def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
-
-
 def _check_regular(p: Path, what: str, st: os.stat_result) -> None:
     if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"{p}: {what} is {_kind(st.st_mode)}, not a regular file")
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+        raise ConfigError(f"{p}: {what} is {kind}, not a regular file")
     if st.st_size > MAX_CONFIG_BYTES:
         raise ConfigError(f"{p}: {what} is {st.st_size} bytes, more than a configuration file can be "
                           f"({MAX_CONFIG_BYTES} bytes)")

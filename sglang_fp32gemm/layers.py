@@ -58,12 +58,8 @@ class IdRanges:
         object.__setattr__(self, "_starts", tuple(a for a, _ in merged))
 
     @staticmethod
-    def of(pairs: Iterable[tuple[int, int]]) -> "IdRanges":
-        return IdRanges(tuple(pairs))
-
-    @staticmethod
     def of_ids(ids: Iterable[int]) -> "IdRanges":
-        return IdRanges.of((int(i), int(i)) for i in ids)
+        return IdRanges(tuple((int(i), int(i)) for i in ids))
 
     def __contains__(self, layer_id: object) -> bool:
         i = bisect.bisect_right(self._starts, layer_id) - 1  # type: ignore[arg-type]
@@ -96,13 +92,9 @@ class LayerSelection:
         if self.kinds is not None and not isinstance(self.kinds, frozenset):
             object.__setattr__(self, "kinds", frozenset(self.kinds))
 
-    @property
-    def from_file(self) -> bool:
-        return self.source != NO_FILE
-
     def selects(self, info: Optional[LayerInfo]) -> bool:
         if info is None:
-            return not self.from_file  # a layer file opts in only the layers it names
+            return self.source == NO_FILE  # a layer file opts in only the layers it names
         if info.layer_id in self.exclude:
             return False
         if self.layers is not None and info.layer_id not in self.layers:
@@ -148,7 +140,7 @@ def _parse_ids(value: str, where: str) -> IdRanges:
         if b < a:
             raise ConfigError(f"{where}: bad range {part!r} (need start <= end)")
         pairs.append((a, b))
-    return IdRanges.of(pairs)
+    return IdRanges(tuple(pairs))
 
 
 def parse(text: str, name: str) -> LayerSelection:

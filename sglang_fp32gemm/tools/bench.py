@@ -171,11 +171,6 @@ def _names(choices: tuple[str, ...], what: str) -> Callable[[str], list[str]]:
     return parse
 
 
-def selected_modes(args) -> list[Mode]:
-    """The modes named on the command line, in run order; graph alone when none is."""
-    return [m for m in MODES if getattr(args, m.flag)] or [m for m in MODES if m.name == "graph"]
-
-
 def precompile_jobs(modes: list[Mode], args, bench: Bench, picks: Picks) -> list:
     jobs = []
     for mode in modes:
@@ -302,7 +297,8 @@ def main(argv: list[str] | None = None, backends: Optional[list] = None, device=
         backends = backend_registry.all_backends()
     if args.backends:
         backends = [b for b in backends if b.name in set(args.backends)]
-    modes = selected_modes(args)
+    # The modes named on the command line, in run order; graph alone when none is.
+    modes = [m for m in MODES if getattr(args, m.flag)] or [m for m in MODES if m.name == "graph"]
     args.peer_k_set = set(args.k if args.peer_k is None else args.peer_k)
     os.makedirs(args.out_dir, exist_ok=True)
     vers = common.versions()
