@@ -196,11 +196,7 @@ def write(path: Path, fields: dict[str, Any], result: exactness.Check) -> bool:
     try:
         cache_dir = path.parent
         if not cache_dir.exists():
-            cache_dir.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                cache_dir.mkdir(mode=0o700)
-            except FileExistsError:
-                pass
+            cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # private; parents as umask says
         if not usable(cache_dir):
             return False
         fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".json")  # mode 0600
