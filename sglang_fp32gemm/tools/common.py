@@ -62,9 +62,6 @@ class BindCache:
             raise got
         return got
 
-    def clear(self) -> None:
-        self._fns.clear()
-
 
 # -- routing -------------------------------------------------------------------
 def route_of(x: torch.Tensor, w: torch.Tensor) -> str:
