@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 PROG = "python -m sglang_fp32gemm"
@@ -45,18 +46,8 @@ def _explain(argv: list[str]) -> int:
     return code
 
 
-def _command(name: str):
-    if name == "explain":
-        return _explain
-    if name == "demo":
-        from sglang_fp32gemm.demo import main
-    elif name == "bench":
-        from sglang_fp32gemm.tools.bench import main
-    elif name == "tune":
-        from sglang_fp32gemm.tools.tune import main
-    else:
-        from sglang_fp32gemm.tools.fuzz import main
-    return main
+_MODULES = {"demo": "sglang_fp32gemm.demo", "bench": "sglang_fp32gemm.tools.bench",
+            "tune": "sglang_fp32gemm.tools.tune", "fuzz": "sglang_fp32gemm.tools.fuzz"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from sglang_fp32gemm.tools.cli import run_command
 
-    return run_command(_command(argv[0]), argv[1:])
+    command = _explain if argv[0] == "explain" else importlib.import_module(_MODULES[argv[0]]).main
+    return run_command(command, argv[1:])
 
 
 if __name__ == "__main__":

@@ -1,12 +1,6 @@
 """The process's configuration, loaded and validated once, then frozen.
 
-``load()`` reads the settings (``settings.py``), and only when the plugin is
-enabled the tuned tables (fast and deterministic, ``table.py``), the layer
-file (``layers.py``) and, given the backends' parsers, checks every row's
-kernelName. Anything wrong is one ``ConfigError`` whose message is a single
-line naming the file:line or the variable. A disabled plugin reads no file
-at all: its ``Config`` has no tables and no selection, and nothing but a
-malformed ``SGLANG_ENABLE_FLYDSL_FP32_GEMM`` itself can raise.
+A disabled plugin reads no file: its ``Config`` has no tables and no selection.
 """
 
 from __future__ import annotations
@@ -16,7 +10,7 @@ from typing import Mapping, Optional, Sequence
 
 from sglang_fp32gemm import layers as layers_mod
 from sglang_fp32gemm import settings as settings_mod
-from sglang_fp32gemm.errors import ConfigError
+from sglang_fp32gemm.errors import ConfigError, one_line
 from sglang_fp32gemm.table import KernelParser, TunedTable, TunedTables, validate_kernel_names
 
 
@@ -37,12 +31,8 @@ class Config:
 
 def load(env: Optional[Mapping[str, str]] = None,
          parsers: Optional[Mapping[str, Sequence[KernelParser]]] = None) -> Config:
-    """Settings from ``env`` (default ``os.environ``); when enabled, tables and layer file too.
-
-    ``parsers``: libtype -> the ``parse`` functions of its backends; each
-    row of both tables with such a libtype must name a kernel one of them
-    accepts (``table.validate_kernel_names``).
-    """
+    """Settings from ``env`` (default ``os.environ``); when enabled, tables and layer file too,
+    every row's kernelName checked by ``parsers`` (``table.validate_kernel_names``); one-line errors."""
     try:
         s = settings_mod.from_environ(env)
         if not s.enabled:
@@ -54,8 +44,3 @@ def load(env: Optional[Mapping[str, str]] = None,
     except ConfigError as e:
         raise ConfigError(one_line(e)) from None
     return Config(s, tables.fast, tables.deterministic, selection)
-
-
-def one_line(e: ConfigError) -> str:
-    """The message, guaranteed to be one line (for a launcher that prints it)."""
-    return " ".join(part.strip() for part in str(e).splitlines() if part.strip())

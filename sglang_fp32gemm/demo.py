@@ -17,11 +17,6 @@ import time
 import types
 
 
-def _config():
-    # Compressor reads only these fields of the model config.
-    return types.SimpleNamespace(hidden_size=7168, rms_norm_eps=1e-6, qk_rope_head_dim=64)
-
-
 def main(argv: list[str] | None = None) -> int:
     from sglang_fp32gemm.tools.cli import Parser, positive_int
 
@@ -54,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     print(f"SGLang Compressor layers, hidden 7168, on {torch.cuda.get_device_name() if dev.type == 'cuda' else 'CPU'}; "
           f"plugin {'enabled' if router.enabled else 'disabled'}")
-    cfg = _config()
+    cfg = types.SimpleNamespace(hidden_size=7168, rms_norm_eps=1e-6, qk_rope_head_dim=64)  # all Compressor reads
     layers = [
         ("HCA", Compressor(cfg, layer_id=2, is_in_indexer=False, freqs_cis=None, compress_ratio=128, head_dim=512), None),
         ("CSA", Compressor(cfg, layer_id=3, is_in_indexer=False, freqs_cis=None, compress_ratio=4, head_dim=512), None),

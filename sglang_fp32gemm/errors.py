@@ -28,6 +28,11 @@ def shorten(msg: str) -> str:
     return msg
 
 
+def one_line(text: object) -> str:
+    """``text`` as one line: its non-blank lines, stripped, joined by spaces."""
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
 class ConfigError(ValueError):
     """A setting, tuned table or layer file is wrong; the message says where (and stays readable)."""
 
@@ -47,28 +52,19 @@ _KINDS = (
 )
 
 
-def _kind(mode: int) -> str:
-    for test, name in _KINDS:
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def _check_regular(p: Path, what: str, st: os.stat_result) -> None:
     if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"{p}: {what} is {_kind(st.st_mode)}, not a regular file")
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+        raise ConfigError(f"{p}: {what} is {kind}, not a regular file")
     if st.st_size > MAX_CONFIG_BYTES:
         raise ConfigError(f"{p}: {what} is {st.st_size} bytes, more than a configuration file can be "
                           f"({MAX_CONFIG_BYTES} bytes)")
 
 
 def read_config_text(path, what: str) -> str:
-    """A configuration file's text, or a ConfigError naming the file.
+    """A configuration file's UTF-8 text (BOM or not), or a ConfigError naming the file.
 
-    Only regular files are read: a directory, FIFO, socket or device is an
-    error saying what it is (checked before opening, so a FIFO never blocks;
-    the file is also opened non-blocking in case it is swapped in between).
-    The text is UTF-8, with or without a byte-order mark.
+    Only regular files: checked before opening (a FIFO never blocks) and again after a non-blocking open.
     """
     p = Path(path)
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import os
 from typing import Optional
 
@@ -46,14 +47,11 @@ def _shape_route(router: routing.Router, dev: Optional[DeviceKey], device: Optio
 
 
 def _compress(items: list[tuple[int, str]]) -> list[str]:
-    out, i = [], 0
-    while i < len(items):
-        j = i
-        while j + 1 < len(items) and items[j + 1][1] == items[i][1]:
-            j += 1
-        ms = f"M={items[i][0]}" if i == j else f"M={items[i][0]}-{items[j][0]}"
-        out.append(f"    {ms:10s} {items[i][1]}")
-        i = j + 1
+    out = []
+    for route, group in itertools.groupby(items, key=lambda item: item[1]):
+        ms = [m for m, _ in group]
+        span = f"M={ms[0]}" if len(ms) == 1 else f"M={ms[0]}-{ms[-1]}"
+        out.append(f"    {span:10s} {route}")
     return out
 
 

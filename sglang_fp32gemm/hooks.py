@@ -1,13 +1,6 @@
-"""The AROUND hooks on SGLang's GEMM and compressor methods.
-
-Each hook names the caller, asks the router (``Router.kernel_for``: the one
-decision) and runs the kernel, or takes the fallback: SGLang's own function,
-or the exact fp32 product where SGLang's own ROCm/aiter code would round to
-bf16 (``releases.compressor_rounds`` / ``linear_rounds``). With the plugin off
-the hooks call SGLang's function with its own arguments. Under
-``torch.compile`` the call is traced as the plugin's custom op and decided
-when the compiled graph runs. Hooks use the registry's ``original_fn``: the
-registry rebinds any module global holding the original.
+"""The AROUND hooks on SGLang's GEMM and compressor methods: name the caller, ask the router
+(``Router.kernel_for``), run the kernel or take the fallback (docs/design.md). Hooks use the registry's
+``original_fn``: the registry rebinds any module global holding the original.
 """
 
 from __future__ import annotations
@@ -174,12 +167,8 @@ def name_v41_layer(result: Any, owner: Any, *args: Any, **kwargs: Any) -> None:
 
 
 class CompressorTgemm:
-    """Stands in for the compressor module's ``_tgemm`` (0.5.13-0.5.14 with aiter).
-
-    Inside a hooked ``compute_kv_score`` with the plugin on, the layer's
-    ``_tgemm.mm(x, wkv_gate.weight, otype=bf16)`` is routed and returns fp32;
-    every other use goes to aiter's own object.
-    """
+    """Stands in for the compressor module's ``_tgemm`` (0.5.13-0.5.14 with aiter): routes the layer's
+    ``_tgemm.mm(x, wkv_gate.weight, otype=bf16)`` in a hooked ``compute_kv_score``, fp32 out."""
 
     def __init__(self, real: Any):
         self.__wrapped__ = real

@@ -1,13 +1,5 @@
-"""Bound kernels: bind once, probe before first use, disable on failure.
-
-A kernel is one (backend, kernelName) bound to one (device, N, K). It is
-bound and probed once per process, outside graph capture: kernels this
-project has never run on their hardware first pass a probe in a child
-process (``backends/isolated_probe.py``), then every kernel passes the
-in-process probe (``backends/probe.py``) on fresh random inputs against
-float64. A kernel that fails either, fails to bind, or raises at run time is
-disabled (not its backend) with one warning. The probe runs under that
-kernel's own lock, so first calls of other shapes never wait for it.
+"""Bound kernels: bind once, probe before first use (under that kernel's own lock), disable on failure
+(docs/design.md, "Probe and faults").
 """
 
 from __future__ import annotations

@@ -1,38 +1,8 @@
 """The per-layer opt-in file: which compressor layers may use a fast kernel.
 
-A small ``key = value`` file, one setting a line, ``#`` comments::
-
-    # only the HCA layers 0-29, and layer 40, but never layer 7
-    layers = 0-29, 40
-    kinds = hca
-    exclude_layers = 7
-
-A call opts in when its layer id is in ``layers`` (or ``layers`` is
-absent), its kind is in ``kinds`` (or ``kinds`` is absent), and its id is
-not excluded. Without a file every compressor layer opts in, and so do
-calls with no layer context (other ``linear_bf16_fp32`` callers, such as
-DeepSeek's MoE gate or LongCat), which then follow the tuned table alone.
-With a file only the compressor layers it selects opt in: a call with no
-layer context is not routed (the file is an opt-in list, and such a call is
-on none).
-
-Kinds: ``hca`` (DeepSeek-V4 compress ratio 128, wkv_gate N=1024 on V4-Pro),
-``csa`` (ratio 4, N=2048), ``indexer`` (the indexer's compressor, N=512),
-``fused`` (CSA + indexer in one GEMM, N=2560, SGLang PR #38920) and ``v41``
-(DeepSeek-V4.1's ratio-2 compressor: wkv and wgate, N=512 each, or the
-fused wkv_gate, N=1024; K = 5120 on V4.1-Flash).
-
-Grammar: ``layers`` and ``exclude_layers`` take a comma-separated list of
-ids and inclusive ranges (``7``, ``3-7``: whole numbers >= 0 in ASCII
-digits; spaces around items and around the dash are allowed). They are kept
-as ranges, so ``0-10000000`` costs nothing and a lookup is a binary search.
-``kinds`` takes a comma-separated list of hca, csa, indexer, fused, v41
-(any case). Keys are case-insensitive and each may appear once. Each of these is
-an error naming file:line: a line without ``=``, an unknown key, a key
-given twice, an empty list (``layers =``), an empty item (``1,,2`` or a
-trailing ``1,``), a half range (``3-``), a negative id (``-3``), anything
-else that is not a number (``a``, ``+3``, ``1.5``), a reversed range
-(``5-2``), an unknown kind.
+The format and kinds are in the README, the grammar and its errors in docs/design.md. Without a
+file every compressor layer opts in, and so do calls with no layer context; with one, only the
+compressor layers it selects do.
 """
 
 from __future__ import annotations
@@ -70,10 +40,7 @@ class LayerInfo:
 
 @dataclasses.dataclass(frozen=True)
 class IdRanges:
-    """A set of layer ids kept as sorted, disjoint, non-adjacent inclusive ranges.
-
-    ``0-10000000`` is one pair; membership is a binary search.
-    """
+    """Layer ids as sorted, disjoint, non-adjacent inclusive ranges; membership is a binary search."""
 
     intervals: tuple[tuple[int, int], ...] = ()
     _starts: tuple[int, ...] = dataclasses.field(init=False, repr=False, compare=False)
@@ -91,12 +58,8 @@ class IdRanges:
         object.__setattr__(self, "_starts", tuple(a for a, _ in merged))
 
     @staticmethod
-    def of(pairs: Iterable[tuple[int, int]]) -> "IdRanges":
-        return IdRanges(tuple(pairs))
-
-    @staticmethod
     def of_ids(ids: Iterable[int]) -> "IdRanges":
-        return IdRanges.of((int(i), int(i)) for i in ids)
+        return IdRanges(tuple((int(i), int(i)) for i in ids))
 
     def __contains__(self, layer_id: object) -> bool:
         i = bisect.bisect_right(self._starts, layer_id) - 1  # type: ignore[arg-type]
@@ -129,13 +92,9 @@ class LayerSelection:
         if self.kinds is not None and not isinstance(self.kinds, frozenset):
             object.__setattr__(self, "kinds", frozenset(self.kinds))
 
-    @property
-    def from_file(self) -> bool:
-        return self.source != NO_FILE
-
     def selects(self, info: Optional[LayerInfo]) -> bool:
         if info is None:
-            return not self.from_file  # a layer file opts in only the layers it names
+            return self.source == NO_FILE  # a layer file opts in only the layers it names
         if info.layer_id in self.exclude:
             return False
         if self.layers is not None and info.layer_id not in self.layers:
@@ -181,7 +140,7 @@ def _parse_ids(value: str, where: str) -> IdRanges:
         if b < a:
             raise ConfigError(f"{where}: bad range {part!r} (need start <= end)")
         pairs.append((a, b))
-    return IdRanges.of(pairs)
+    return IdRanges(tuple(pairs))
 
 
 def parse(text: str, name: str) -> LayerSelection:

@@ -1,16 +1,6 @@
-"""Registration: the ``sglang.srt.plugins`` entry point and the launch flags.
-
-``register()`` is the entry point. SGLang runs it in every process
-(launcher, Engine, schedulers, workers) and then applies the hooks; running
-it twice changes nothing. It finds the installed release's layout
-(``releases.detect_layout``), registers the AROUND hooks of ``hooks.py`` on
-``linear_bf16_fp32`` and on the ``Compressor`` method that calls it with the
-layer at hand, and AFTER hooks on ``ServerArgs.add_cli_args`` /
-``from_cli_args`` that add ``--enable-flydsl-fp32-gemm`` and
-``--flydsl-fp32-gemm-layers`` and export them to the environment the worker
-processes inherit. Nothing here raises into SGLang: a missing or
-unimportable host symbol is one error line naming the cause, and SGLang runs
-on unpatched.
+"""Registration: the ``sglang.srt.plugins`` entry point (``register()``, run in every process) and the
+launch flags. Nothing here raises into SGLang: a missing host symbol is one error line, SGLang runs on
+unpatched. How the flags reach the workers: docs/design.md ("Enablement and settings").
 """
 
 from __future__ import annotations
@@ -90,8 +80,7 @@ def register() -> None:
             logger.info("sglang-fp32gemm: %s", line)
         if STATE["off"]:
             return
-        # Load and validate the configuration now, once per process; the
-        # router logs a bad one itself (once) and every call takes the fallback.
+        # Load and validate the configuration once per process; a bad one means every call takes the fallback.
         try:
             from sglang_fp32gemm import routing
 
@@ -133,11 +122,9 @@ def _hook_gemms(hook: Callable, HookType: Any) -> None:
 
 
 def _hook_v41(hook: Callable, HookType: Any) -> None:
-    """DeepSeek-V4.1's ratio-2 compressor, on releases that have it: name its layer for the linear hook.
+    """DeepSeek-V4.1's ratio-2 compressor, where both it and the model module that names its layer import.
 
-    Only where both the compressor and the model module that builds it (and names its layer) import:
-    without the model module no DeepSeek model can be served, and its import error is SGLang's
-    business (reported once, for the V4 compressor, where it is the plugin's).
+    Without the model module no DeepSeek model can be served: its import error is SGLang's business.
     """
     from sglang_fp32gemm import hooks
 

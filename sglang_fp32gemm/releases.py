@@ -1,12 +1,7 @@
 """SGLang's release layouts as data, and detection of the installed one.
 
-Every SGLang release with DeepSeek-V4 (0.5.12 to 0.5.23) has the same plugin
-loader and hook registry; the releases differ in where ``linear_bf16_fp32``
-lives, which ``Compressor`` method calls it with the layer at hand, and where
-SGLang's own ROCm/aiter path rounds the fp32 result to bf16.
-``detect_layout()`` matches the installed code (not the version string, so
-patched images are recognised by their code) against ``RELEASE_LAYOUTS``;
-a ``ReleaseLayout`` also answers whether SGLang would round a given call.
+The releases with DeepSeek-V4 (0.5.12 to 0.5.23) differ in where ``linear_bf16_fp32`` lives, which
+``Compressor`` method calls it with the layer at hand, and where SGLang's ROCm/aiter path rounds to bf16.
 """
 
 from __future__ import annotations
@@ -128,11 +123,8 @@ def sglang_version() -> str:
 def detect_layout() -> tuple[Optional[ReleaseLayout], list[str]]:
     """The installed SGLang's release layout, and the reasons for anything not found.
 
-    Matched on what the installed code has (not the version string, so patched
-    images are recognised by their code): where ``linear_bf16_fp32`` is,
-    whether ``Compressor`` has ``_compute_wkv_gate``, and the aiter globals of
-    the two modules. A layout outside the table is hooked by the same rules
-    and named "unrecognized".
+    Matched on the installed code, not the version string (patched images are recognised by their
+    code); a layout outside the table is hooked by the same rules and named "unrecognized".
     """
     errors: list[str] = []
     linear_mod = None

@@ -1,31 +1,8 @@
 """Tuned tables: aiter's CSV schema, validated once, looked up like aiter.
 
-A row says: on this device (``gfx``, ``cu_num``), for this shape and dtypes,
-run this kernel (``libtype`` + ``kernelName``). Files are the packaged
-``configs/*.csv`` followed by the paths in ``SGLANG_FLYDSL_FP32_GEMM_CONFIG``;
-a later file's row replaces an earlier one with the same key.
-
-Two tables. A file whose name ends in ``_deterministic.csv`` (packaged or
-given by the user; the suffix is case-sensitive) holds, per key, the fastest
-*deterministic* kernel (same inputs, same bits, whatever the scheduling: no
-floating-point atomics); every other file belongs to the fast table. The
-two are merged separately, each in file order::
-
-    tables = TunedTables.load(settings.config_paths)
-    tables.fast            # TunedTable of every other file
-    tables.deterministic   # TunedTable of the *_deterministic.csv files
-    tables.for_mode(det)   # one of the two
-
-``TunedTable.load(paths, deterministic=False)`` is the same, one table.
-Which table a call consults in deterministic mode is the router's decision.
-
-File format (errors name ``file:line``): UTF-8 with or without a byte-order
-mark; the first line is the header, which must name every column of
-``HEADER`` in any order and may name more; every row has exactly as many
-fields as the header; blank lines and lines whose first field starts with
-``#`` are skipped; a key (the first ten columns) appears once per file.
-``validate_kernel_names`` checks, at start-up, that each row's kernelName
-parses for a backend of its libtype.
+Files: the packaged ``configs/*.csv``, then ``SGLANG_FLYDSL_FP32_GEMM_CONFIG``; a later row replaces
+an earlier one with its key. ``*_deterministic.csv`` files form the deterministic table, the rest
+the fast one (``TunedTables``). The file format is in docs/design.md ("Tuned tables").
 """
 
 from __future__ import annotations
@@ -42,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from sglang_fp32gemm.backends.base import MAX_M
-from sglang_fp32gemm.errors import ConfigError, read_config_text
+from sglang_fp32gemm.errors import ConfigError, one_line, read_config_text
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +30,7 @@ HEADER = (
 )
 # aiter's lookup key: the first ten columns.
 KEY_COLUMNS = HEADER[:10]
-# libtypes aiter writes; only the last two are served by a fast backend here,
+# libtypes aiter writes; flydsl, triton and cutedsl are served by a fast backend here,
 # the rest name a library this plugin leaves to torch.
 KNOWN_LIBTYPES = frozenset({"hipblaslt", "rocblas", "asm", "skinny", "torch", "flydsl", "triton", "cutedsl"})
 DTYPES = frozenset({"torch.bfloat16", "torch.float16", "torch.float32"})
@@ -87,11 +64,7 @@ class TunedRow:
         return tuple(getattr(self, c) for c in KEY_COLUMNS)
 
     def to_csv_fields(self) -> list[str]:
-        out = []
-        for c in HEADER:
-            v = getattr(self, c)
-            out.append(str(v))
-        return out
+        return [str(getattr(self, c)) for c in HEADER]
 
 
 def format_rows(rows: Iterable[TunedRow]) -> str:
@@ -253,13 +226,7 @@ class DeviceKey:
 
     @staticmethod
     def parse(text: str) -> "DeviceKey":
-        """``ARCH:COUNT`` as ``device_key`` makes it, e.g. ``gfx950:256`` or ``sm90:132``.
-
-        ARCH is ``gfx`` + hex digits (ROCm) or ``sm`` + digits (CUDA), any
-        case (stored lower-case); COUNT is the CU/SM count, a whole number
-        >= 1 without sign or leading zeros. Anything else (``sm90``,
-        ``sm90:x``, ``:132``, ``sm90:0``, ``gfx950:256:1``) is a ConfigError.
-        """
+        """``ARCH:COUNT`` as ``device_key`` makes it (``gfx950:256``, ``sm90:132``); else a ConfigError."""
         t = str(text).strip()
         m = _DEVICE_KEY_RE.fullmatch(t.lower())
         if m is None:
@@ -296,22 +263,12 @@ def m_candidates(m: int) -> list[int]:
     return out
 
 
-def _one_line(text: str) -> str:
-    return " ".join(line.strip() for line in str(text).splitlines() if line.strip()) or "(no message)"
-
-
 KernelParser = Callable[[str], object]
 
 
 def validate_kernel_names(rows: Iterable[TunedRow], parsers: Mapping[str, Sequence[KernelParser]]) -> None:
-    """Every row whose libtype has parsers names a kernel one of them accepts.
-
-    ``parsers`` maps a libtype to the ``parse`` functions of the backends that
-    serve it (``Backend.parse``: a config, or ``ValueError``). A row whose
-    libtype has no parsers is served by torch and not checked. Otherwise a
-    name no parser accepts is a ConfigError ``file:line: kernelName '...' is
-    not a <libtype> kernel: <the first parser's error>``.
-    """
+    """Every row whose libtype has parsers (libtype -> ``Backend.parse`` functions) names a kernel
+    one of them accepts; else a ConfigError with the first parser's error."""
     for row in rows:
         fns = parsers.get(row.libtype)
         if not fns:
@@ -322,7 +279,8 @@ def validate_kernel_names(rows: Iterable[TunedRow], parsers: Mapping[str, Sequen
                 fn(row.kernelName)
             except Exception as e:  # ValueError by contract; a crash rejects the name too
                 if first is None:
-                    first = _one_line(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {_one_line(e)}"
+                    text = one_line(e) or "(no message)"
+                    first = text if isinstance(e, ValueError) else f"{type(e).__name__}: {text}"
             else:
                 break
         else:
@@ -388,19 +346,14 @@ class TunedTable:
 
 @dataclasses.dataclass(frozen=True)
 class TunedTables:
-    """The fast and the deterministic table (see the module docstring)."""
+    """The fast and the deterministic table."""
 
     fast: TunedTable
     deterministic: TunedTable
 
     @classmethod
     def load(cls, extra_paths: Iterable[str] = ()) -> "TunedTables":
-        """Packaged files, then ``extra_paths``, each read and validated once.
-
-        A file goes to ``deterministic`` when its name ends in
-        ``_deterministic.csv``, else to ``fast``; each table merges its files
-        in this order (a later row replaces an earlier one with its key).
-        """
+        """Packaged files, then ``extra_paths``, each read and validated once."""
         fast: list[tuple[str, list[TunedRow]]] = []
         det: list[tuple[str, list[TunedRow]]] = []
         for name, text in packaged_tables():

@@ -1,8 +1,5 @@
-"""What the router tells: each message once, and how many calls went where.
-
-Counters are plain integers under one lock, keyed by (route, kernelName or
-fallback reason). A kernel disabled at run time keeps the calls it served
-under its own key; its later calls count under the reason it was disabled.
+"""What the router tells: each message once, and how many calls went where, keyed by (route,
+kernelName or fallback reason); a kernel disabled at run time counts its later calls under the reason.
 """
 
 from __future__ import annotations

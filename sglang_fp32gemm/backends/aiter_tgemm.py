@@ -1,21 +1,7 @@
 """aiter backend: ``aiter.tuned_gemm.tgemm.mm(x, w, otype=fp32)``, only when provably fp32.
 
-Deployed aiter builds either have no fp32-output FlyDSL HGEMM or one that
-rounds C to bf16 before the LDS shuffle (fixed by ROCm/aiter PR #6005, which
-renamed the fixed kernel ``hgemm_bf16_fp32c_...``), and aiter's shipped
-tables hold "fp32" rows that point at bf16 kernels. So a call is taken only
-when all of these hold in the *installed* aiter:
-
-1. aiter's own tuned lookup for this (M, N, K, bf16 -> fp32) resolves to a
-   ``flydsl`` row (not hipBLASLt/torch, whose fp32 path aiter casts from bf16
-   in some versions);
-2. that row's kernelName says fp32 output;
-3. aiter's FlyDSL kernel source carries the fixed kernel's ``hgemm_bf16_fp32c_``
-   name, i.e. the C-in-fp32 fix is in this build.
-
-The precision probe (backends/probe.py) still checks the result before the
-first routed call; this module only avoids routing to a build that cannot be
-right. ``aiter`` is imported lazily: its import fails without ROCm.
+The three conditions the installed aiter must meet are in docs/backends/flydsl.md; the probe still
+checks the result. ``aiter`` is imported lazily: its import fails without ROCm.
 """
 
 import functools
@@ -38,19 +24,9 @@ logger = logging.getLogger(__name__)
 FIXED_KERNEL_MARK = "hgemm_bf16_fp32c_"
 
 
-def _is_rocm_torch() -> bool:
-    import torch
-
-    return bool(getattr(torch.version, "hip", None))
-
-
 @functools.lru_cache(maxsize=None)
 def aiter_has_fp32c_kernel(package_dir: str) -> Optional[str]:
-    """The aiter source file that names the fixed fp32-C kernel, or None.
-
-    Looks in aiter's FlyDSL ops (where the HGEMM and its kernel name live);
-    reads text only, imports nothing.
-    """
+    """The aiter FlyDSL source file that names the fixed fp32-C kernel, or None (reads text only)."""
     root = Path(package_dir)
     for sub in ("ops/flydsl", "aot/flydsl"):
         d = root / sub
@@ -83,7 +59,9 @@ class AiterBackend(Backend):
     device_types: tuple[str, ...] = ("cuda",)
 
     def available(self) -> Verdict:
-        if not _is_rocm_torch():
+        import torch
+
+        if not getattr(torch.version, "hip", None):
             return False, "torch is not a ROCm build"
         try:
             importlib.import_module("aiter")
@@ -141,7 +119,10 @@ class AiterBackend(Backend):
         name = str(acfg.get("kernelName", "") or "")
         if lib != "flydsl":
             return False, f"aiter resolves M={m} N={n} K={k} to libtype {lib!r}, not a FlyDSL fp32-C kernel"
-        out_dt = _kernel_out_dtype(name)
+        try:
+            out_dt: Optional[str] = self.parse(name).out_dtype
+        except ValueError:
+            out_dt = None
         if out_dt != "fp32":
             return False, f"aiter's row kernel {name!r} has output {out_dt or '?'}: its C is not fp32"
         pkg = _aiter_package_dir()
@@ -166,14 +147,3 @@ class AiterBackend(Backend):
             return out
 
         return run
-
-
-def _kernel_out_dtype(name: str) -> Optional[str]:
-    """Output dtype named by an aiter FlyDSL kernelName, or None if it does not parse."""
-    from sglang_fp32gemm.backends.flydsl_gfx950 import FlyDSLConfig
-
-    try:
-        return FlyDSLConfig.parse(name).out_dtype
-    except ValueError:
-        return None
-

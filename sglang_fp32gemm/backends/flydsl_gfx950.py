@@ -1,27 +1,11 @@
-"""gfx950 (MI355X) FlyDSL backend: our own split-K skinny GEMM, C kept in fp32.
+"""gfx950 (MI355X) FlyDSL backend: our own split-K skinny GEMM with C kept in fp32.
 
-out[M, N] fp32 = x[M, K] bf16 @ w[N, K]^T bf16, for M <= 32 and the DSv4
-compressor shapes. The kernel is ours (not aiter's ``gemm_a16w16_gfx950``); its
-tile and split are read from an aiter-style kernelName so the same tuned CSV
-rows drive it.
-
-How the kernel keeps precision: operands go global -> VGPR with 16-byte buffer
-loads straight in the MFMA operand layout (no LDS staging, so no C shuffle
-that could narrow to 16 bits), ``v_mfma_f32_16x16x32_bf16`` accumulates in
-fp32, and C leaves the registers as fp32: plain ``buffer_store_dword`` when
-one wave owns the whole K range, else ``buffer_atomic_add_f32`` into an output
-the host zeroed first (two launches per call: a memset and the GEMM).
-
-Never run on AMD hardware in this project: it is compiled for gfx950 on a CPU
-and its ISA inspected (``compile_for_gfx950``, scripts/flydsl_compile_check.py).
-
-flydsl is imported only inside functions, so importing this module is cheap
-and works without flydsl or ROCm.
+How it keeps precision, and why it is only compiled here, never run: docs/backends/flydsl.md.
+flydsl is imported only inside functions, so importing this module works without it.
 """
 
 import contextlib
 import dataclasses
-import functools
 import hashlib
 import inspect
 import logging
@@ -46,9 +30,7 @@ VEC = 8            # bf16 per lane per MFMA operand = one 16-byte buffer load
 MAX_WAVES = 16     # 1024 threads per workgroup
 MAX_UNROLL = 64    # K iterations per block; the K loop is unrolled at trace time
 
-# --------------------------------------------------------------------------
 # kernelName <-> FlyDSLConfig
-# --------------------------------------------------------------------------
 
 _DT = r"(bf16|fp16|fp32)"
 _INT = r"([1-9][0-9]*)"  # no leading zeros, so parse -> name is exact
@@ -163,10 +145,7 @@ def shape_constraints(cfg: FlyDSLConfig, m: int, n: int, k: int) -> Optional[str
     return None
 
 
-# --------------------------------------------------------------------------
-# The kernel. Everything the kernel's code depends on lives in the functions
-# listed in _KERNEL_SOURCES; their source text is hashed into the kernel name.
-# --------------------------------------------------------------------------
+# The kernel
 
 def _plan(cfg: FlyDSLConfig, n: int, k: int) -> dict:
     """Static per-wave geometry, shared by the kernel builder and the checks."""
@@ -181,12 +160,7 @@ def _plan(cfg: FlyDSLConfig, n: int, k: int) -> dict:
 def _build_kernel(cfg: FlyDSLConfig, n: int, k: int, kernel_name: str) -> Callable:
     """Return the @flyc.jit launcher ``launch(X, W, C, M, stream)`` for ``cfg``.
 
-    Grid: (N/BN, ceil(M/BM), splitK). Wave w of a block owns the
-    (BM/Mw) x (BN/Nw) sub-tile at (w % Mw, (w // Mw) % Nw) and the K slice
-    w // (Mw*Nw) of every BK step. Lane l of a 16x16x32 MFMA reads row l%16,
-    k-chunk l//16 (8 bf16 = 16 bytes) of both operands; A and B use the same
-    k mapping, which is all the dot product needs. C lane layout: rows
-    4*(l//16)+i, i<4, column l%16.
+    Grid (N/BN, ceil(M/BM), splitK); the wave and lane layout is in docs/backends/flydsl.md.
     """
     import flydsl.compiler as flyc
     import flydsl.expr as fx
@@ -283,18 +257,10 @@ def _build_kernel(cfg: FlyDSLConfig, n: int, k: int, kernel_name: str) -> Callab
 _KERNEL_SOURCES: tuple[Callable, ...] = (_plan, _build_kernel)
 
 
-def kernel_source_text() -> str:
-    return "\n".join(inspect.getsource(f) for f in _KERNEL_SOURCES)
-
-
-@functools.lru_cache(maxsize=None)
-def _source_tag_of(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
 def kernel_source_tag() -> str:
     """Hash of the kernel's own source: changes whenever its body does."""
-    return _source_tag_of(kernel_source_text())
+    text = "\n".join(inspect.getsource(f) for f in _KERNEL_SOURCES)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def tagged_kernel_name(cfg: FlyDSLConfig, n: Optional[int] = None, k: Optional[int] = None) -> str:
@@ -308,9 +274,7 @@ def tagged_kernel_name(cfg: FlyDSLConfig, n: Optional[int] = None, k: Optional[i
     return f"sglfp32_hgemm_bf16_fp32c_{cfg.short}{shape}_{kernel_source_tag()}"
 
 
-# --------------------------------------------------------------------------
 # Compile-only for gfx950 on a CPU machine
-# --------------------------------------------------------------------------
 
 _COMPILE_LOCK = threading.Lock()
 
@@ -380,9 +344,7 @@ def compile_for_gfx950(cfg: FlyDSLConfig, dump_dir: str | os.PathLike, n: int = 
     return out
 
 
-# --------------------------------------------------------------------------
 # ISA inspection (used by the compile check script and the tests)
-# --------------------------------------------------------------------------
 
 GFX950_LIMITS = {"vgpr+agpr": 512, "sgpr": 102, "lds_bytes": 160 * 1024}
 # Any narrowing of an fp32 value to 16 bits in the kernel is a precision bug.
@@ -454,16 +416,7 @@ def isa_problems(facts: dict[str, Any], cfg: FlyDSLConfig, n: int = 1024, k: int
     return bad
 
 
-# --------------------------------------------------------------------------
 # The backend
-# --------------------------------------------------------------------------
-
-def _device_arch(device: Any = None) -> str:
-    import torch
-
-    props = torch.cuda.get_device_properties(device if device is not None else torch.cuda.current_device())
-    return (getattr(props, "gcnArchName", "") or "").split(":")[0]
-
 
 class FlyDSLBackend(Backend):
     """Runs our FlyDSL kernel on gfx950 for rows with libtype ``flydsl``."""
@@ -485,7 +438,8 @@ class FlyDSLBackend(Backend):
             return False, "torch is not a ROCm build"
         if not torch.cuda.is_available():
             return False, "no ROCm device visible"
-        arch = _device_arch()
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        arch = (getattr(props, "gcnArchName", "") or "").split(":")[0]
         if arch != ARCH:
             return False, f"device arch {arch or '?'} is not {ARCH}"
         try:
@@ -540,17 +494,10 @@ def launches_per_call(cfg: FlyDSLConfig) -> int:
     return 2 if cfg.uses_atomics else 1
 
 
-# --------------------------------------------------------------------------
 # The configurations to verify: the shipped gfx950 rows
-# --------------------------------------------------------------------------
 
 def shipped_gfx950_rows() -> tuple[str, list[tuple[int, int, int, str]]]:
-    """(source, [(M, N, K, kernelName)]) of the packaged gfx950 flydsl rows (configs/gfx950.csv).
-
-    Which rows aiter PR #6005 published and which are our untuned guesses is
-    in docs/backends/flydsl.md. ``source`` is "none" (and the list empty)
-    when no packaged table has a gfx950 flydsl row.
-    """
+    """(source, [(M, N, K, kernelName)]) of the packaged gfx950 flydsl rows; source "none" if none."""
     from sglang_fp32gemm.table import packaged_tables, parse_csv
 
     rows: list[tuple[int, int, int, str]] = []

@@ -1,33 +1,8 @@
 """A kernel's first probe, run in a child process on the same device.
 
-For kernels this project has never run on their hardware (the gfx950 FlyDSL
-kernels, aiter's), a GPU fault, a hang or a wrong result in the probe must
-disable that kernel, not take SGLang down. ``probe_in_child`` therefore runs
-the probe (``probe_child.py``: ``exactness.check`` on the bound kernel) in a
-fresh interpreter (never ``fork``, which would copy the parent's CUDA/HIP
-state) and waits for it:
-
-* The child imports this very copy of the package: it is started as
-  ``sys.executable -c BOOT``, where BOOT drops the working directory from
-  ``sys.path``, puts this package's root there if it is missing, and exits
-  with an error unless ``sglang_fp32gemm`` then resolves to this copy. A
-  ``sglang_fp32gemm`` (or ``torch``) in the working directory is never run.
-* It leads its own session; its stdout and stderr go to one pipe of which the
-  parent keeps only the last ``TAIL_BYTES`` (read as they come), and its
-  verdict goes to a private temporary file, so output without a newline
-  cannot hide the verdict and a flood of output costs no memory.
-* The parent waits for the child's exit (not for the pipe's end: a helper
-  process may hold it), then reads the verdict and kills what is left of the
-  child's process group. The result is the child's verdict; or failed with
-  "hung for Ns" after ``timeout_s`` (``SGLANG_FLYDSL_FP32_GEMM_PROBE_TIMEOUT``,
-  default 120; the process group is killed); or failed with the exit code or
-  signal and the tail of its output.
-
-Passed verdicts (only those) are cached on disk (``verdict_cache.py``: key,
-trust rules); a later start with the same key skips the child. Cost at
-start-up: one child per kernel not yet cached, each importing torch and the
-backend, compiling the kernel and running it twice (a few seconds to tens
-of seconds with a cold compiler cache); nothing once cached.
+A GPU fault, a hang or a wrong result in a kernel never run on its hardware must disable that
+kernel, not take SGLang down. How the child is started, watched and ended, and what it costs:
+docs/design.md ("Probe and faults"); passed verdicts are cached by ``verdict_cache.py``.
 """
 
 from __future__ import annotations
@@ -140,10 +115,6 @@ class _OutputTail:
         return " | ".join(kept) if kept else "(no output)"
 
 
-def _package_root() -> str:
-    return str(Path(__file__).resolve().parents[2])
-
-
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the child leads its own session: also its helpers
@@ -183,7 +154,7 @@ def run_child(backend_name: str, kernel_name: str, device: torch.device, m: int,
     shape = (m, n, k)
     with tempfile.TemporaryDirectory(prefix="sglang_fp32gemm-probe-") as tmp:
         verdict_path = os.path.join(tmp, "verdict.json")
-        cmd = [sys.executable, "-c", _BOOT, _package_root(),
+        cmd = [sys.executable, "-c", _BOOT, str(Path(__file__).resolve().parents[2]),
                "--backend", backend_name, "--kernel", kernel_name, "--device", str(device),
                "--m", str(m), "--n", str(n), "--k", str(k), "--resolver", resolver,
                "--verdict-file", verdict_path]
@@ -225,14 +196,10 @@ def _timeout_setting() -> float:
 def probe_in_child(backend_name: str, kernel_name: str, device: DeviceLike, m: int, n: int, k: int,
                    timeout_s: Optional[float] = None, *, resolver: str = DEFAULT_RESOLVER,
                    cache_dir: Optional[str | os.PathLike] = None, use_cache: bool = True) -> exactness.Check:
-    """Probe one kernel in a child process on ``device`` (an int is a CUDA/HIP index).
+    """Probe one kernel in a child process on ``device``, or return a trusted cached pass; never raises.
 
-    Returns a trusted cached pass when there is one for this key (no child);
-    otherwise runs the child and caches a pass. ``timeout_s`` defaults to the
-    ``SGLANG_FLYDSL_FP32_GEMM_PROBE_TIMEOUT`` setting. ``resolver``
-    (``module:function``) builds the backend by name in both processes; only
-    the tests pass another one. Never raises for anything the kernel, the
-    child or the cache does.
+    ``timeout_s`` defaults to the probe-timeout setting; ``resolver`` (``module:function``) builds the
+    backend by name in both processes (only the tests pass another one).
     """
     shape = (m, n, k)
     try:

@@ -1,13 +1,4 @@
-"""The precision probe every bound kernel must pass before its first call.
-
-Once per (kernel, device, N, K) and process, outside graph capture, the
-bound kernel runs its row's M through ``exactness.check``: two calls on
-fresh random bf16 inputs, the output memory poisoned with NaN before each,
-compared with the float64 product of the same inputs. A relative error above
-``REL_TOL`` (1e-5), an element outside the upstream atol/rtol, a non-finite
-or unwritten element, a wrong shape or dtype, or an exception disables that
-kernel. bf16 rounding of C gives ~2e-3, so it cannot pass.
-"""
+"""The precision probe every bound kernel passes before its first call (docs/design.md, "Probe and faults")."""
 
 from __future__ import annotations
 

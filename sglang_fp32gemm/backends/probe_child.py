@@ -1,17 +1,7 @@
 """The child side of the isolated probe: probe one kernel in this process, report the verdict.
 
-``isolated_probe.py`` starts it in a fresh interpreter whose ``sys.path``
-holds the parent's copy of this package and not the working directory. The
-child builds the backend by name (``sglang_fp32gemm.backends.by_name`` unless
-another ``module:function`` resolver is given: the tests' fake backends),
-checks ``available()``, parses the kernelName, checks ``supports(cfg, m, n,
-k)``, binds it and runs ``exactness.check`` on it. The verdict is one JSON
-object written to ``--verdict-file`` (the parent's private temporary file),
-so nothing the kernel or a library prints can hide or forge it; without that
-option it is printed on a line of its own, after ``RESULT_MARKER``. The
-child then exits without interpreter teardown.
-
-Run by hand::
+The verdict is one JSON object in ``--verdict-file`` (else printed after ``RESULT_MARKER``); the
+child then exits without interpreter teardown. Run by hand::
 
     python -m sglang_fp32gemm.backends.probe_child --backend flydsl \\
         --kernel NAME --device cuda:0 --m 8 --n 1024 --k 7168

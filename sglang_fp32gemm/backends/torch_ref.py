@@ -1,10 +1,4 @@
-"""The fallback every routed call can take (the float64 reference is ``exactness.reference``).
-
-``mm_fp32`` is exactly SGLang's default ``linear_bf16_fp32`` path (cuBLAS or
-hipBLASLt through ``torch.mm(out_dtype=fp32)`` for bf16 CUDA tensors, an
-fp32 upcast elsewhere), extended to any leading shape: the result is never
-rounded to 16 bits.
-"""
+"""The fallback every routed call can take: SGLang's default ``linear_bf16_fp32`` path, never rounded to 16 bits."""
 
 from __future__ import annotations
 

@@ -1,22 +1,7 @@
 """The on-disk cache of passed child-probe verdicts (``isolated_probe.py``).
 
-One small JSON file per key in ``settings.probe_cache_dir()``. The key
-(``key_fields``) holds every input that changes the binary a probe judged or
-the way it ran: backend name, kernelName, N, K, ``backend.source_tag(cfg)``,
-this package's version, the installed versions of the kernel compilers
-(``COMPILER_DISTS``: FlyDSL, aiter, Triton, CUTLASS DSL; None when absent),
-torch's version and its HIP/CUDA versions, the GPU driver version and the
-device. Only passes are written.
-
-Trust, as ssh trusts its files: the directory must be owned by this user (or
-root) and not writable by group or others, and an entry must be a regular
-file (not a link) owned by this user and not writable by group or others.
-Anything else, and any entry that cannot be read or parsed (too large,
-corrupt, nested too deeply, written for another key, not a pass), reads as
-no entry: the kernel is probed again and a pass replaces the entry. The
-directory is created private (0700) when missing; entries are written 0600,
-atomically (temporary file + rename). An unusable directory means no caching
-and one warning per process (``usable``).
+One small JSON file per key (``key_fields``) in ``settings.probe_cache_dir()``; only passes are
+written. What the key holds and which entries are trusted: docs/design.md ("Probe and faults").
 """
 
 from __future__ import annotations
@@ -48,11 +33,14 @@ _MAX_ENTRY_BYTES = 64 << 10
 _warned: set[tuple[str, str]] = set()
 
 
-def _dist_version(dist: str) -> Optional[str]:
-    try:
-        return metadata.version(dist)
-    except Exception:  # not installed, or broken metadata
-        return None
+def dist_version(*names: str) -> Optional[str]:
+    """The installed version of the first of ``names`` that has one; else None."""
+    for name in names:
+        try:
+            return metadata.version(name)
+        except Exception:  # not installed, or broken metadata
+            continue
+    return None
 
 
 def _first_line(path: str) -> Optional[str]:
@@ -89,8 +77,8 @@ def key_fields(backend_name: str, kernel_name: str, n: int, k: int, source_tag: 
         "n": int(n),
         "k": int(k),
         "source_tag": str(source_tag),
-        "package": _dist_version("sglang-fp32gemm") or "unknown",
-        "compilers": {dist: _dist_version(dist) for dist in COMPILER_DISTS},
+        "package": dist_version("sglang-fp32gemm") or "unknown",
+        "compilers": {dist: dist_version(dist) for dist in COMPILER_DISTS},
         "torch": torch.__version__,
         "hip": getattr(torch.version, "hip", None),
         "cuda": getattr(torch.version, "cuda", None),
@@ -177,7 +165,7 @@ def _read_entry(path: Path) -> bytes:
 
 
 def read(path: Path, fields: dict[str, Any]) -> Optional[exactness.Check]:
-    """A trusted cached pass for exactly ``fields``, or None (see the module docstring). Never raises."""
+    """A trusted cached pass for exactly ``fields``, or None. Never raises."""
     try:
         if dir_problem(path.parent) is not None:
             return None
@@ -208,11 +196,7 @@ def write(path: Path, fields: dict[str, Any], result: exactness.Check) -> bool:
     try:
         cache_dir = path.parent
         if not cache_dir.exists():
-            cache_dir.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                cache_dir.mkdir(mode=0o700)
-            except FileExistsError:
-                pass
+            cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # private; parents as umask says
         if not usable(cache_dir):
             return False
         fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".json")  # mode 0600

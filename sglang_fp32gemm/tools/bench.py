@@ -52,6 +52,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 
+from sglang_fp32gemm import backends as backend_registry
 from sglang_fp32gemm.tools import bench_report as report
 from sglang_fp32gemm.tools import common, region, region_bench, timing
 from sglang_fp32gemm.tools.bench_measure import SEQ_N1, SEQ_N2, Bench, set_deterministic, tables_info
@@ -101,14 +102,11 @@ def _us_line(r: dict) -> str:
     return " ".join(f"{c}={report.fmt(v)}" for c, v in r["us"].items())
 
 
-def _graph_shapes(ms_of: str, ks_of: str) -> Callable[[Any], list[Shape]]:
-    return lambda a: [Shape(m, n, k) for k in getattr(a, ks_of) for n in a.n for m in getattr(a, ms_of)]
-
-
 def _graph_mode(name: str, flag: str, tag: str, json_mode: str, title: str, det: bool) -> Mode:
     return Mode(
         name, flag, tag, json_mode,
-        shapes=_graph_shapes("det_m" if det else "m", "det_k" if det else "k"),
+        shapes=lambda a: [Shape(m, n, k) for k in (a.det_k if det else a.k) for n in a.n
+                          for m in (a.det_m if det else a.m)],
         prepare=lambda bench, a, n, k: bench.timer.weights(n, k, bench.device),
         measure=lambda bench, a, s, w: bench.graph_shape(s.m, s.n, s.k, w, peers=s.k in a.peer_k_set,
                                                           deterministic=det),
@@ -171,11 +169,6 @@ def _names(choices: tuple[str, ...], what: str) -> Callable[[str], list[str]]:
                                              f"(one or more of {', '.join(choices)}, comma-separated)")
         return list(dict.fromkeys(names))
     return parse
-
-
-def selected_modes(args) -> list[Mode]:
-    """The modes named on the command line, in run order; graph alone when none is."""
-    return [m for m in MODES if getattr(args, m.flag)] or [m for m in MODES if m.name == "graph"]
 
 
 def precompile_jobs(modes: list[Mode], args, bench: Bench, picks: Picks) -> list:
@@ -301,10 +294,11 @@ def main(argv: list[str] | None = None, backends: Optional[list] = None, device=
         return 2
     timer = timer or timing.CudaTimer()
     if backends is None:
-        backends = common.all_backends()
+        backends = backend_registry.all_backends()
     if args.backends:
         backends = [b for b in backends if b.name in set(args.backends)]
-    modes = selected_modes(args)
+    # The modes named on the command line, in run order; graph alone when none is.
+    modes = [m for m in MODES if getattr(args, m.flag)] or [m for m in MODES if m.name == "graph"]
     args.peer_k_set = set(args.k if args.peer_k is None else args.peer_k)
     os.makedirs(args.out_dir, exist_ok=True)
     vers = common.versions()
@@ -313,7 +307,7 @@ def main(argv: list[str] | None = None, backends: Optional[list] = None, device=
     bench = Bench(backends, device, timer, picks, replays=args.replays)
     for name, why in bench.unavailable.items():
         print(f"backend {name}: unavailable ({why}); no column", flush=True)
-    head = {"versions": vers, "argv": common.argv_line(), "args": list(sys.argv[1:] if argv is None else argv),
+    head = {"versions": vers, "argv": " ".join([os.path.basename(sys.executable), *sys.argv]), "args": list(sys.argv[1:] if argv is None else argv),
             "tables": tables_info(), "tune_log": args.tune_log,
             "backends": [b.name for b in bench.backends], "unavailable": bench.unavailable}
     print("versions: " + ", ".join(f"{k}={v}" for k, v in vers.items() if k in

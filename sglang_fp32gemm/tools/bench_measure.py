@@ -19,6 +19,14 @@ from sglang_fp32gemm.tools.picks import Picks
 SEQ_N1, SEQ_N2 = 1536, 512
 
 
+def _route(x: torch.Tensor, w: torch.Tensor, captured: bool) -> str:
+    """The route of the call as timed (graph-captured or eager), or why it is unknown."""
+    try:
+        return common.route_of(x, w, captured=captured)
+    except Exception as e:
+        return f"? ({type(e).__name__}: {e})"
+
+
 class Bench:
     def __init__(self, backends: list, device, timer, picks: Picks, replays: int = 15):
         self.device = device
@@ -89,10 +97,7 @@ class Bench:
         rec: dict[str, Any] = {"M": m, "N": n, "K": k, "us": {}, "rel_err": {}, "allclose": {}, "kernel": {},
                                "source": {}, "note": {}, "floor_us": round(timing.floor_us(m, n, k), 3)}
         rec["us"]["torch"] = self._time(self.torch_fn, x, weights, rec["note"], "torch")
-        try:
-            rec["route"] = common.route_of(x, weights[0], captured=True)
-        except Exception as e:
-            rec["route"] = f"? ({type(e).__name__}: {e})"
+        rec["route"] = _route(x, weights[0], captured=True)
         rec["us"]["routed"] = self._time(self.routed, x, weights, rec["note"], "routed")
         fns = {"torch": self.torch_fn, "routed": self.routed}
         if peers:
@@ -117,10 +122,7 @@ class Bench:
                    "hooked": lambda a, b: hooks.around_linear(torch_fn, a, b)}
         rec: dict[str, Any] = {"M": m, "N": n, "K": k, "kind": "fallback" if fallback else "routed", "us": {},
                                "enqueue_us": {}, "rel_err": {}, "allclose": {}, "kernel": {}, "note": {}}
-        try:
-            rec["route"] = common.route_of(x, weights[0])
-        except Exception as e:
-            rec["route"] = f"? ({type(e).__name__}: {e})"
+        rec["route"] = _route(x, weights[0], captured=False)
         if not fallback:
             cols, notes = self.columns(m, n, k)
             rec["note"].update(notes)
@@ -182,10 +184,7 @@ class Bench:
             for name, fn, kernel, _source in cols:
                 variants[name] = fn
                 rec["kernel"][name] = kernel
-        try:
-            rec["route"] = common.route_of(x, wf[0], captured=True)
-        except Exception as e:
-            rec["route"] = f"? ({type(e).__name__}: {e})"
+        rec["route"] = _route(x, wf[0], captured=True)
         b0, _ = self.timer.step(base, replays)
         for name, fn in variants.items():
             try:

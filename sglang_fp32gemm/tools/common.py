@@ -9,44 +9,30 @@ Nothing here imports a kernel library at module load.
 from __future__ import annotations
 
 import gzip
+import importlib
+import importlib.util
 import json
 import os
 import platform
 import subprocess
-import sys
 import time
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import torch
+
+from sglang_fp32gemm.backends.verdict_cache import dist_version
 
 K_PRO, K_FLASH = 7168, 4096
 N_DSV4 = (512, 1024, 2048, 2560)
 
 
 # -- backends ------------------------------------------------------------------
-def all_backends() -> list:
-    """Every backend of the package (available or not), in routing order."""
-    from sglang_fp32gemm import backends as B
-
-    return B.all_backends()
-
-
-def backend_by_name(name: str):
-    from sglang_fp32gemm import backends as B
-
-    return B.by_name(name)
-
-
 def available(b) -> tuple[bool, str]:
     try:
         ok, why = b.available()
         return bool(ok), str(why)
     except Exception as e:  # a broken install is "unavailable", with the reason
         return False, f"available() raised {type(e).__name__}: {e}"
-
-
-def is_deterministic(b, cfg) -> bool:
-    return bool(b.deterministic(cfg))
 
 
 def split_k_of(cfg) -> int:
@@ -76,9 +62,6 @@ class BindCache:
             raise got
         return got
 
-    def clear(self) -> None:
-        self._fns.clear()
-
 
 # -- routing -------------------------------------------------------------------
 def route_of(x: torch.Tensor, w: torch.Tensor, captured: bool = False) -> str:
@@ -94,62 +77,35 @@ def route_of(x: torch.Tensor, w: torch.Tensor, captured: bool = False) -> str:
 
 
 # -- versions, logs, lists -----------------------------------------------------
-def _dist_version(*names: str) -> Optional[str]:
-    from importlib import metadata
+def _or_none(fn: Callable[[], Any]) -> Any:
+    """``fn()``, or None when it raises (a version that cannot be read is unknown)."""
+    try:
+        return fn()
+    except Exception:
+        return None
 
-    for n in names:
-        try:
-            return metadata.version(n)
-        except Exception:
-            continue
-    return None
+
+def _run(*cmd: str, timeout: float = 20) -> Optional[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout).stdout.strip() or None
 
 
 def versions() -> dict:
     out: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
                            "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None)}
-    try:
-        import triton
-
-        out["triton"] = triton.__version__
-    except Exception:
-        out["triton"] = None
-    out["cutlass_dsl"] = _dist_version("nvidia-cutlass-dsl")
-    if out["cutlass_dsl"] is None:
-        try:
-            import cutlass
-
-            out["cutlass_dsl"] = getattr(cutlass, "__version__", "importable, version unknown")
-        except Exception:
-            out["cutlass_dsl"] = None
-    try:
-        import importlib.util
-
-        spec = importlib.util.find_spec("sglang.kernels.ops.gemm.dense_bf16_gemm_warp_splitk")
-        out["sglang_warp_splitk"] = spec.origin if spec else None
-    except Exception:
-        out["sglang_warp_splitk"] = None
-    out["sglang"] = _dist_version("sglang")
+    out["triton"] = _or_none(lambda: importlib.import_module("triton").__version__)
+    out["cutlass_dsl"] = dist_version("nvidia-cutlass-dsl") or _or_none(
+        lambda: getattr(importlib.import_module("cutlass"), "__version__", "importable, version unknown"))
+    spec = _or_none(lambda: importlib.util.find_spec("sglang.kernels.ops.gemm.dense_bf16_gemm_warp_splitk"))
+    out["sglang_warp_splitk"] = spec.origin if spec else None
+    out["sglang"] = dist_version("sglang")
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         out["gpu"] = torch.cuda.get_device_name()
         out["sms"] = props.multi_processor_count
         out["l2_bytes"] = getattr(props, "L2_cache_size", None)
-        try:
-            out["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                           capture_output=True, text=True, timeout=20).stdout.strip() or None
-        except Exception:
-            out["driver"] = None
-    try:
-        out["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                    timeout=10).stdout.strip() or None
-    except Exception:
-        out["git"] = None
+        out["driver"] = _or_none(lambda: _run("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"))
+    out["git"] = _or_none(lambda: _run("git", "rev-parse", "--short", "HEAD", timeout=10))
     return out
-
-
-def argv_line() -> str:
-    return " ".join([os.path.basename(sys.executable), *sys.argv])
 
 
 class JsonLog:

@@ -10,6 +10,7 @@ atol 1e-2 / rtol 1e-4, all finite, fp32 of the right shape).
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import random
@@ -63,9 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         failures += not ok
         cases.append({"M": m, "N": n, "K": k, "dtype": str(dtype), "wdtype": str(wdtype), "route": route,
                       "rel_err": got.rel_err, "ok": ok})
-    routes: dict[str, int] = {}
-    for c in cases:
-        routes[c["route"]] = routes.get(c["route"], 0) + 1
+    routes = dict(collections.Counter(c["route"] for c in cases))
     summary = {"seed": seed, "cases": len(cases), "failures": failures, "routes": routes,
                "max_rel_err": max(c["rel_err"] for c in cases), "counters": _counters(router)}
     common.write_json(args.out, {"summary": summary, "cases": cases})

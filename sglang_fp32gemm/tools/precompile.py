@@ -13,6 +13,7 @@ from typing import Optional
 
 import torch
 
+from sglang_fp32gemm.backends import by_name
 from sglang_fp32gemm.exactness import random_bf16
 from sglang_fp32gemm.tools import common
 
@@ -29,7 +30,7 @@ def _precompile_job(job: Job) -> Optional[str]:
     try:
         if _worker_binds is None:
             _worker_binds = common.BindCache()
-        b = common.backend_by_name(name)
+        b = by_name(name)
         cfg = b.parse(kernel)
         dev = torch.device("cuda")
         fn = _worker_binds.get(b, cfg, kernel, dev, n, k)
@@ -47,7 +48,7 @@ def precompile(jobs: list[Job], workers: int, until: Optional[float] = None,
     if workers <= 1 or not jobs:
         return {"jobs": len(jobs), "done": 0, "failed": 0, "skipped": True}
     t = time.monotonic()
-    done = failed = 0
+    done = 0
     fails = []
     ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
     try:
@@ -61,12 +62,12 @@ def precompile(jobs: list[Job], workers: int, until: Optional[float] = None,
                 r = f"worker: {type(e).__name__}: {e}"
             done += 1
             if r is not None:
-                failed += 1
                 fails.append(r)
         for f in pending:
             f.cancel()
     finally:
         ex.shutdown(wait=True, cancel_futures=True)
+    failed = len(fails)
     out = {"jobs": len(jobs), "done": done, "failed": failed, "s": round(time.monotonic() - t, 1)}
     print(f"precompiled {done}/{len(jobs)} kernel jobs in {out['s']}s with {workers} workers, {failed} failed",
           flush=True)

@@ -25,7 +25,11 @@ class Progress:
         self.t0 = self._last_t = clock()
         self._last_pct = 0.0
         self._bar: Any = None
-        if _is_tty(self.stream):
+        try:
+            tty = bool(self.stream.isatty())
+        except Exception:
+            tty = False
+        if tty:
             try:
                 from tqdm import tqdm  # lazily: only a terminal run needs it
             except Exception:  # not installed: the plain counter
@@ -67,10 +71,3 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-
-
-def _is_tty(stream: TextIO) -> bool:
-    try:
-        return bool(stream.isatty())
-    except Exception:
-        return False

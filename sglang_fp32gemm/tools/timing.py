@@ -23,41 +23,9 @@ import torch
 Fn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def weight_sets(n: int, k: int, device, dtype=torch.bfloat16, min_sets: int = 8) -> list[torch.Tensor]:
-    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
-    per = n * k * torch.tensor([], dtype=dtype).element_size()
-    count = max(min_sets, math.ceil(4 * l2 / per))
-    return random_weights(count, n, k, device, dtype)
-
-
 def random_weights(count: int, n: int, k: int, device, dtype=torch.bfloat16) -> list[torch.Tensor]:
     """``count`` [n, k] standard-normal weights made on ``device`` (fast for the GB a decode step needs)."""
     return [torch.randn(n, k, device=device).to(dtype) for _ in range(count)]
-
-
-def time_per_call_us(
-    fn: Fn,
-    x: torch.Tensor,
-    weights: list[torch.Tensor],
-    calls: int | None = None,
-    replays: int = 15,
-) -> float:
-    """Median microseconds per call of ``fn`` under CUDA-graph replay."""
-    calls = calls or max(64, 2 * len(weights))
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for i in range(3):  # warm-up: compile, allocate workspaces on this stream
-            fn(x, weights[i % len(weights)])
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for i in range(calls):
-            fn(x, weights[i % len(weights)])
-    us = _replay_median_us(graph, replays) / calls
-    del graph
-    return us
 
 
 def _replay_median_us(graph: "torch.cuda.CUDAGraph", replays: int) -> float:
@@ -76,64 +44,73 @@ def _replay_median_us(graph: "torch.cuda.CUDAGraph", replays: int) -> float:
     return statistics.median(times)
 
 
-def time_step_us(step: Callable[[], Sequence[torch.Tensor]], replays: int = 20,
-                 before_capture: Optional[Callable[[], None]] = None):
-    """(median us per replay, the step's outputs after the last replay) for one graph of ``step``.
-
-    ``before_capture`` runs after the eager warm-up, just before capture (e.g. to reset counters
-    so that they count the captured calls alone).
-    """
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    if before_capture is not None:
-        before_capture()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        outs = step()
-    us = _replay_median_us(graph, replays)
-    torch.cuda.synchronize()
-    outs = [o.clone() for o in outs]
-    del graph
-    return us, outs
-
-
-def eager_us(fn: Fn, x: torch.Tensor, weights: list[torch.Tensor], calls: int = 1000) -> tuple[float, float]:
-    """(wall us per call, host enqueue us per call) of ``calls`` back-to-back eager calls.
-
-    Wall: from the first call to a synchronize after the last. Enqueue: the
-    host time of the loop alone (equal to wall when the host is the limit).
-    """
-    nw = len(weights)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for i in range(calls):
-        fn(x, weights[i % nw])
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    t2 = time.perf_counter()
-    return (t2 - t0) * 1e6 / calls, (t1 - t0) * 1e6 / calls
-
-
 class CudaTimer:
     """The method above, behind the small interface tune and bench call (tests pass a fake)."""
 
     def per_call(self, fn: Fn, x: torch.Tensor, weights: list[torch.Tensor], replays: int = 15) -> float:
-        return time_per_call_us(fn, x, weights, replays=replays)
+        """Median microseconds per call of ``fn`` under CUDA-graph replay."""
+        calls = max(64, 2 * len(weights))
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for i in range(3):  # warm-up: compile, allocate workspaces on this stream
+                fn(x, weights[i % len(weights)])
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for i in range(calls):
+                fn(x, weights[i % len(weights)])
+        us = _replay_median_us(graph, replays) / calls
+        del graph
+        return us
 
     def step(self, step: Callable[[], Sequence[torch.Tensor]], replays: int = 20,
              before_capture: Optional[Callable[[], None]] = None):
-        return time_step_us(step, replays, before_capture)
+        """(median us per replay, the step's outputs after the last replay) for one graph of ``step``.
+
+        ``before_capture`` runs after the eager warm-up, just before capture (e.g. to reset counters
+        so that they count the captured calls alone).
+        """
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                step()
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        if before_capture is not None:
+            before_capture()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            outs = step()
+        us = _replay_median_us(graph, replays)
+        torch.cuda.synchronize()
+        outs = [o.clone() for o in outs]
+        del graph
+        return us, outs
 
     def eager(self, fn: Fn, x: torch.Tensor, weights: list[torch.Tensor], calls: int = 1000) -> tuple[float, float]:
-        return eager_us(fn, x, weights, calls)
+        """(wall us per call, host enqueue us per call) of ``calls`` back-to-back eager calls.
+
+        Wall: from the first call to a synchronize after the last. Enqueue: the
+        host time of the loop alone (equal to wall when the host is the limit).
+        """
+        nw = len(weights)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i in range(calls):
+            fn(x, weights[i % nw])
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        return (t2 - t0) * 1e6 / calls, (t1 - t0) * 1e6 / calls
 
     def weights(self, n: int, k: int, device) -> list[torch.Tensor]:
-        return weight_sets(n, k, device)
+        """>= 8 weight sets and >= 4x the L2, so W is always read from HBM."""
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
+        per = n * k * 2  # bf16
+        return random_weights(max(8, math.ceil(4 * l2 / per)), n, k, device)
 
 
 def floor_us(m: int, n: int, k: int, bandwidth_tbs: float = 4.2) -> float:

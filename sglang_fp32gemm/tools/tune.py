@@ -42,12 +42,14 @@ like the budget. Shapes run in order of importance: M <= 32 first, the first
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import sys
 from typing import Optional
 
 import torch
 
+from sglang_fp32gemm import backends as backend_registry
 from sglang_fp32gemm.table import TunedRow, device_key, format_rows
 from sglang_fp32gemm.tools import common, timing
 from sglang_fp32gemm.tools.buckets import grid_buckets, shape_order
@@ -93,17 +95,14 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
     buckets = grid_buckets(grid)
     caps = parse_caps(args.max_per_backend)
     if backends is None:
-        backends = common.all_backends()
+        backends = backend_registry.all_backends()
     if args.backends:
         backends = [b for b in backends if b.name in set(args.backends)]
     usable = usable_backends(backends, log)
 
     shapes = shape_order(grid, args.n, args.k)
     cands = {s: gather_candidates(usable, s[0], s[1], s[2], buckets[s[0]], caps, log) for s in shapes}
-    per_backend: dict[str, int] = {}
-    for cs in cands.values():
-        for c in cs:
-            per_backend[c.backend.name] = per_backend.get(c.backend.name, 0) + 1
+    per_backend = dict(collections.Counter(c.backend.name for cs in cands.values() for c in cs))
     print(f"{len(shapes)} shapes, candidates per backend: {per_backend}", flush=True)
     jobs = [(c.backend.name, c.kernel, s[0], s[1], s[2]) for s in shapes for c in cands[s]]
     tuner = Tuner(usable, device, timer, log, caps=caps, top=args.top, screen_replays=args.screen_replays,

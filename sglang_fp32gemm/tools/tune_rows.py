@@ -36,17 +36,15 @@ class ShapeResult:
 
 
 def _row(key, r: ShapeResult, p: Optional[Pick]) -> TunedRow:
+    """The row for ``p``, or a torch pin (at torch's time) when ``p`` is None."""
     m, n, k = r.m, r.n, r.k
     flops = 2 * m * n * k
     nbytes = n * k * 2 + m * k * 2 + m * n * 4
-    if p is None:  # a torch pin
-        us = r.torch_us
-        return TunedRow(key.gfx, key.cu_num, m, n, k, False, DTYPE, OUTDTYPE, False, False, "torch", 0, 0,
-                        round(us, 3), "", 0.0, round(flops / us / 1e6, 3) if us else 0.0,
-                        round(nbytes / us / 1e3, 1) if us else 0.0)
-    us = p.us
-    return TunedRow(key.gfx, key.cu_num, m, n, k, False, DTYPE, OUTDTYPE, False, False, p.libtype, 0, p.split_k,
-                    round(us, 3), p.kernel, 0.0, round(flops / us / 1e6, 3), round(nbytes / us / 1e3, 1))
+    us = r.torch_us if p is None else p.us
+    libtype, split_k, kernel = ("torch", 0, "") if p is None else (p.libtype, p.split_k, p.kernel)
+    return TunedRow(key.gfx, key.cu_num, m, n, k, False, DTYPE, OUTDTYPE, False, False, libtype, 0, split_k,
+                    round(us, 3), kernel, 0.0, round(flops / us / 1e6, 3) if us else 0.0,
+                    round(nbytes / us / 1e3, 1) if us else 0.0)
 
 
 def wins(p: Optional[Pick], torch_us: float, min_gain: float) -> bool:
@@ -70,8 +68,7 @@ def build_rows(results: Iterable[ShapeResult], key, grid: Iterable[int], min_gai
                 if m in per_m:
                     rows.append(_row(key, per_m[m], None))
                 else:  # not reached within the budget: pinned without a time
-                    stub = ShapeResult(m, n, k, 0.0, [], None, None)
-                    rows.append(_row(key, stub, None))
+                    rows.append(_row(key, ShapeResult(m, n, k, 0.0, [], None, None), None))
     rows.sort(key=lambda row: (row.N, row.K, row.M))
     return rows
 

@@ -75,7 +75,7 @@ def gather_candidates(backends: list, m: int, n: int, k: int, bucket: list[int],
                 log.write(event="candidate", status="unsupported", M=m, N=n, K=k, backend=b.name, kernel=kernel,
                           reason=why)
                 continue
-            out.append(Candidate(b, cfg, kernel, common.is_deterministic(b, cfg)))
+            out.append(Candidate(b, cfg, kernel, bool(b.deterministic(cfg))))
     return out
 
 
