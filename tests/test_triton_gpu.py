@@ -255,12 +255,13 @@ def test_fast_launch_costs_less_host_time_than_the_ordinary_one(which):
 
 
 @pytest.mark.parametrize("which", ["triton", "triton-det"])
-def test_tuner_candidates_are_pdl_forms_on_sm90_and_exact(which):
+def test_tuner_candidates_with_their_pdl_forms_are_exact(which):
     be = backend(which)
     cands = be.candidates(4, 1024, K)
+    pdl = [c for c in cands if c.pdl]
     if torch.cuda.get_device_capability()[0] >= 9:
-        assert cands and all(c.pdl for c in cands if (c.bm + c.bn) * c.bk * 2 * (c.num_stages + 1) <= 200 * 1024)
-    for cfg in cands[:6]:
+        assert pdl
+    for cfg in cands[:3] + pdl[:3]:
         fn = be.bind(cfg, torch.device("cuda"), 1024, K)
         x, w = rnd(4, K), rnd(1024, K)
         out = poisoned_call(fn, x, w)

@@ -164,18 +164,18 @@ def test_pdl_names_round_trip_and_set_the_launch_option(cfg):
                 be.parse(cfg.name)
 
 
-def test_pdl_forms_only_on_sm90_and_only_where_the_extra_tile_fits(monkeypatch):
+def test_pdl_forms_are_added_on_sm90_only_where_the_extra_tile_fits(monkeypatch):
     from sglang_fp32gemm.backends import triton_base
 
     cfgs = [EpochConfig(16, 64, 128, 14, 4, 4), EpochConfig(16, 64, 256, 7, 4, 5)]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert triton_base.with_pdl(cfgs) == []
+    assert triton_base.with_pdl(cfgs) == cfgs
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
-    assert triton_base.with_pdl(cfgs) == []
+    assert triton_base.with_pdl(cfgs) == cfgs
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
-    # (16 + 64) * 256 * 2 * (5 + 1) = 245760 bytes: over the budget, so the plain form stays
-    assert triton_base.with_pdl(cfgs) == [replace(cfgs[0], pdl=True), cfgs[1]]
+    # (16 + 64) * 256 * 2 * (5 + 1) = 245760 bytes: over the budget, so no PDL form of the second
+    assert triton_base.with_pdl(cfgs) == cfgs + [replace(cfgs[0], pdl=True)]
 
 
 # -- search spaces -----------------------------------------------------------------------------------------
@@ -184,9 +184,11 @@ def test_candidates_are_small_valid_and_round_trip(which):
     be = TritonSplitKBackend() if which == "ticket" else TritonEpochBackend()
     for m, n, k in DSV4 + [(64, 1024, 7168), (128, 2560, 7168), (MAX_M, 512, 4096)]:
         cands = be.candidates(m, n, k)
-        # PDL forms only where the GPU has PDL (sm90: every config that fits)
-        assert torch.cuda.is_available() or not any(c.pdl for c in cands)
-        assert 4 <= len(cands) <= 26, (m, n, k, len(cands))
+        base = [c for c in cands if not c.pdl]
+        # PDL forms only where the GPU has PDL, and only of configs in the list
+        assert {replace(c, pdl=False) for c in cands if c.pdl} <= set(base)
+        assert torch.cuda.is_available() or len(base) == len(cands)
+        assert 4 <= len(base) <= 26, (m, n, k, len(base))
         assert len(set(cands)) == len(cands)
         for c in cands:
             assert be.supports(c, m, n, k) == (True, "ok"), (c, m, n, k)

@@ -180,7 +180,7 @@ class TritonEpochBackend(TritonBackend):
                     cfg = EpochConfig(bm, bn, bk, sk, 4, st)
                     if cfg not in out:
                         out.append(cfg)
-        return with_pdl(out) or out
+        return with_pdl(out)
 
     def plan(self, cfg: EpochConfig, n: int) -> Callable[[int], Plan]:
         n_tiles, bm, sk = n // cfg.bn, cfg.bm, cfg.split_k

@@ -187,18 +187,17 @@ SMEM_BUDGET = 200 * 1024
 
 
 def with_pdl(cfgs: list[TileConfig]) -> list[TileConfig]:
-    """``cfgs`` as PDL configs where the GPU has programmatic dependent launch (sm90+), else [].
+    """``cfgs`` and, where the GPU has programmatic dependent launch (sm90+), their PDL forms.
 
-    PDL won over the same config without it in 23 of 24 pairs timed on the
-    H200 (docs/benchmarks/README.md, run 10), so on sm90 the search space
-    holds the PDL form only. Its first W tile is held outside the pipeline:
-    a config whose stages plus that tile pass ``SMEM_BUDGET`` keeps its
-    plain form.
+    Both: the PDL form won alone (23 of 24 pairs, run 10) but the tables built
+    from it lost in the serial region model (docs/benchmarks/README.md), so
+    the tuner keeps the choice. The PDL form holds its first W tile outside
+    the pipeline: none where stages plus that tile pass ``SMEM_BUDGET``.
     """
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
-        return []
-    return [dataclasses.replace(c, pdl=True) if (c.bm + c.bn) * c.bk * 2 * (c.num_stages + 1) <= SMEM_BUDGET else c
-            for c in cfgs]
+        return cfgs
+    return cfgs + [dataclasses.replace(c, pdl=True) for c in cfgs
+                   if not c.pdl and (c.bm + c.bn) * c.bk * 2 * (c.num_stages + 1) <= SMEM_BUDGET]
 
 
 class Buffers:

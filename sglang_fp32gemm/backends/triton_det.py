@@ -141,7 +141,7 @@ class TritonSplitKBackend(TritonBackend):
         out = [SplitKConfig(bm, bn, bk, sk, 4, st)
                for bn, bk, sk in split_plans(n, k, m_tiles, [(bn, bk) for bn in bns for bk in bks], 0.8, 5.0, 3, 2.5, 2)
                for st in stages_by_bk[bk] if (bm + bn) * bk * 2 * st <= 200 * 1024]
-        return with_pdl(out) or out
+        return with_pdl(out)
 
     def plan(self, cfg: SplitKConfig, n: int) -> Callable[[int], Plan]:
         n_tiles, bm, sk = n // cfg.bn, cfg.bm, cfg.split_k
