@@ -189,9 +189,9 @@ SMEM_BUDGET = 200 * 1024
 def with_pdl(cfgs: list[TileConfig]) -> list[TileConfig]:
     """``cfgs`` and, where the GPU has programmatic dependent launch (sm90+), their PDL forms.
 
-    Both: the PDL form won alone (23 of 24 pairs, run 10) but the tables built
-    from it lost in the serial region model (docs/benchmarks/README.md), so
-    the tuner keeps the choice. The PDL form holds its first W tile outside
+    Both: the PDL form won alone (23 of 24 pairs, run 10) but cost 0.8-1.2 us
+    per layer in the serial region model (run 10d, docs/benchmarks/README.md),
+    so the tuner keeps the choice. The PDL form holds its first W tile outside
     the pipeline: none where stages plus that tile pass ``SMEM_BUDGET``.
     """
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
