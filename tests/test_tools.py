@@ -190,7 +190,7 @@ def test_tune_defaults():
     a = tune.parser().parse_args([])
     assert a.m == [1, 2, 4, 8, 16, 32, 48, 64, 96, 128]
     assert a.n == [512, 1024, 2048, 2560] and a.k == [7168, 4096]
-    assert a.min_gain == 0.02 and tuner.parse_caps(a.max_per_backend) == {"cutedsl": 4}
+    assert a.min_gain == 0.02 and tuner.parse_caps(a.max_per_backend) == {"cutedsl": 4} and a.rank == "isolated"
     a = tune.parser().parse_args(["--k", "4096", "--budget-s", "300", "--max-per-backend", "cutedsl=2", "x=1"])
     assert a.k == [4096] and a.budget_s == 300 and tuner.parse_caps(a.max_per_backend) == {"cutedsl": 2, "x": 1}
     with pytest.raises(ValueError):
@@ -291,6 +291,45 @@ def test_tuner_picks_the_fastest_exact_kernel_valid_for_its_whole_bucket(tmp_pat
     assert summary["stopped"] is None and summary["missing_shapes"] == [] and summary["rows"] == 24
     out = capsys.readouterr().out
     assert "UNAVAILABLE: no such library here" in out and "wrote 24 rows" in out
+
+
+@pytest.mark.parametrize("rank,winner,us,torch_us", [("isolated", "plain_a", 4.0, 10.0), ("chain", "plain_b", 3.0, 8.0)])
+def test_rank_chain_orders_the_finalists_by_what_they_add_to_the_serial_chain(tmp_path, rank, winner, us, torch_us):
+    """Alone plain_a wins; in the chain (every layer: bf16 GEMM, the call, bf16 GEMM) plain_b adds least."""
+    added: list[float] = []  # what each call adds to the step it runs in (the fake step time)
+    chain_cost = {"plain_a": 9.0, "plain_b": 3.0, "plain_c": 7.0}
+
+    class ChainBackend(FakeBackend):
+        def bind(self, cfg, device, n, k):
+            fn = super().bind(cfg, device, n, k)
+
+            def run(x, w):
+                added.append(chain_cost[cfg.name])
+                return fn(x, w)
+
+            run.fake_us = fn.fake_us
+            return run
+
+    class ChainTimer(FakeTimer):
+        def step(self, step, replays=20):
+            added.clear()
+            outs = step()
+            return 1000.0 + sum(added), outs
+
+    def torch_fn(x, w):
+        added.append(8.0)
+        return x.float() @ w.float().t()
+
+    be = ChainBackend("fast", "triton", {"plain_a": 4.0, "plain_b": 5.0, "plain_c": 6.0})
+    log = common.JsonLog(str(tmp_path / "log.jsonl"))
+    t = tuner.Tuner([be], torch.device("cpu"), ChainTimer(10.0), log, top=3, rank=rank, torch_fn=torch_fn)
+    r = t.shape(8, 32, 64, [8], tuner.gather_candidates([be], 8, 32, 64, [8], {}, log))
+    assert (r.fast.kernel, r.fast.us, r.torch_us) == (winner, us, torch_us)
+    chain = {x["kernel"]: (x["us"], x["isolated_us"]) for x in log_lines(tmp_path / "log.jsonl")
+             if x.get("phase") == "chain" and "kernel" in x}
+    assert chain == ({} if rank == "isolated" else {"plain_a": (9.0, 4.0), "plain_b": (3.0, 5.0), "plain_c": (7.0, 6.0)})
+    with pytest.raises(ValueError, match="one of isolated, chain"):
+        tuner.Tuner([be], torch.device("cpu"), ChainTimer(), log, rank="region")
 
 
 def test_tuner_writes_no_row_where_torch_wins(tmp_path):

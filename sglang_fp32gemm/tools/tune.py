@@ -30,6 +30,12 @@ If an M of the grid gets no row but the M values of its bucket would then
 round up to another row's kernel (aiter's lookup only rounds up), a libtype
 ``torch`` row at that M keeps them on torch; --no-pin-torch turns that off.
 
+Ranking: the --top finalists of each table are re-timed with more replays
+and ordered by that time (--rank isolated), or by what each adds per layer to
+a 61-layer serial decode chain of bf16 GEMMs around the call (--rank chain:
+the setting SGLang runs above its multi-stream limit; the isolated winner may
+lose there). Both times go to the log.
+
 Budget: --budget-s stops cleanly between candidates, keeps every finished
 shape and writes the tables; they are also rewritten after every shape, so a
 run killed from outside keeps what it finished; SIGTERM (``timeout``) stops
@@ -58,7 +64,7 @@ from sglang_fp32gemm.tools.precompile import precompile
 from sglang_fp32gemm.tools.progress import Progress
 from sglang_fp32gemm.tools.stopping import Budget, Stop
 from sglang_fp32gemm.tools.tune_rows import ShapeResult, build_rows, cutedsl_compiles, wins
-from sglang_fp32gemm.tools.tuner import Tuner, gather_candidates, parse_caps
+from sglang_fp32gemm.tools.tuner import RANKS, Tuner, gather_candidates, parse_caps
 
 M_DEFAULT = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
 K_DEFAULT = (common.K_PRO, common.K_FLASH)
@@ -106,7 +112,7 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
     print(f"{len(shapes)} shapes, candidates per backend: {per_backend}", flush=True)
     jobs = [(c.backend.name, c.kernel, s[0], s[1], s[2]) for s in shapes for c in cands[s]]
     tuner = Tuner(usable, device, timer, log, caps=caps, top=args.top, screen_replays=args.screen_replays,
-                  final_replays=args.final_replays, budget=budget)
+                  final_replays=args.final_replays, budget=budget, rank=args.rank)
     results: list[ShapeResult] = []
     stopped = None
 
@@ -192,6 +198,9 @@ def parser() -> Parser:
     ap.add_argument("--max-per-backend", nargs="*", default=list(DEFAULT_CAPS), metavar="NAME=COUNT",
                     help="time only the first COUNT candidates of a backend (default %(default)s)")
     ap.add_argument("--top", type=positive_int, default=3, help="finalists per table re-timed with more replays")
+    ap.add_argument("--rank", choices=RANKS, default="isolated",
+                    help="order the finalists by their time alone (isolated) or by what they add per layer to a "
+                         "61-layer serial decode chain (chain; the tables' us column is then that) (default %(default)s)")
     ap.add_argument("--screen-replays", type=positive_int, default=7)
     ap.add_argument("--final-replays", type=positive_int, default=15)
     ap.add_argument("--workers", type=int, default=max(1, min(16, (os.cpu_count() or 1) - 1)),

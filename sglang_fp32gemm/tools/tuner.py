@@ -1,6 +1,13 @@
 """One shape of the tuner: gather every backend's candidates, gate them on
 exactness, time them against torch, pick the fastest and the fastest
 deterministic kernel valid for the whole bucket.
+
+Ranking (``rank``): ``isolated`` orders the finalists by their time alone
+(back-to-back calls of the one kernel); ``chain`` by what each adds per layer
+to a serial decode chain (``CHAIN_LAYERS`` layers, each a bf16 GEMM, the call
+and another bf16 GEMM, every layer its own weights, one CUDA graph: the
+setting SGLang runs above its multi-stream limit), because an isolated
+winner need not win there (docs/benchmarks/README.md, run 10).
 """
 
 from __future__ import annotations
@@ -79,10 +86,19 @@ def gather_candidates(backends: list, m: int, n: int, k: int, bucket: list[int],
     return out
 
 
+#: ``rank="chain"``: layers in the serial chain, and the N of the bf16 GEMMs around the call.
+CHAIN_LAYERS = 61
+CHAIN_BF16_N = (1536, 512)
+RANKS = ("isolated", "chain")
+
+
 class Tuner:
     def __init__(self, backends: list, device, timer, log: common.JsonLog, *, caps: dict[str, int] | None = None,
                  top: int = 3, screen_replays: int = 7, final_replays: int = 15,
-                 budget: Optional[Budget] = None, torch_fn: Optional[Callable] = None):
+                 budget: Optional[Budget] = None, torch_fn: Optional[Callable] = None, rank: str = "isolated"):
+        if rank not in RANKS:
+            raise ValueError(f"rank {rank!r}: one of {', '.join(RANKS)}")
+        self.rank = rank
         self.backends = backends
         self.device = device
         self.timer = timer
@@ -129,6 +145,44 @@ class Tuner:
             self._rec(c, m, n, k, phase="time", status="error", error=f"{type(e).__name__}: {str(e)[:300]}")
             return None
 
+    def chain(self, m: int, n: int, k: int, x: torch.Tensor, final: list) -> tuple[float, list]:
+        """(torch's, the finalists re-ranked by) us added per layer to the serial chain; both logged."""
+        wf = self.weights(n, k)
+        around = [self.weights(nn, k) for nn in CHAIN_BF16_N]
+        layers = range(CHAIN_LAYERS)
+
+        def step_with(fn: Optional[Callable]):
+            def step():
+                outs = []
+                for i in layers:
+                    torch.nn.functional.linear(x, around[0][i % len(around[0])])
+                    if fn is not None:
+                        outs.append(fn(x, wf[i % len(wf)]))
+                    torch.nn.functional.linear(x, around[1][i % len(around[1])])
+                return outs
+            return step
+
+        base = (self.timer.step(step_with(None), self.final_replays)[0]
+                + self.timer.step(step_with(None), self.final_replays)[0]) / 2
+
+        def added(fn: Callable) -> float:
+            return (self.timer.step(step_with(fn), self.final_replays)[0] - base) / CHAIN_LAYERS
+
+        torch_us = added(self.torch_fn)
+        self.log.write(event="torch", phase="chain", M=m, N=n, K=k, us=torch_us, base_step_us=base)
+        ranked = []
+        for us, c, res in final:
+            self.budget.check()
+            try:
+                chain_us = added(self._fn(c, n, k))
+            except Exception as e:
+                self._rec(c, m, n, k, phase="chain", status="error", error=f"{type(e).__name__}: {str(e)[:300]}")
+                continue
+            self._rec(c, m, n, k, phase="chain", status="ok", us=chain_us, isolated_us=us, rel_err=res.rel_err)
+            ranked.append((chain_us, c, res))
+        ranked.sort(key=lambda r: r[0])
+        return torch_us, ranked
+
     def shape(self, m: int, n: int, k: int, bucket: list[int], cands: list[Candidate]) -> ShapeResult:
         x = exactness.random_bf16(m, k, device=self.device)
         weights = self.weights(n, k)
@@ -170,6 +224,8 @@ class Tuner:
             self._rec(c, m, n, k, phase="final", status="ok", us=us, rel_err=res.rel_err)
             final.append((us, c, res))
         final.sort(key=lambda r: r[0])
+        if self.rank == "chain":
+            torch_us, final = self.chain(m, n, k, x, final)
         lo = min(bucket) if bucket else m
         verified: dict[str, Optional[exactness.Check]] = {}
 
