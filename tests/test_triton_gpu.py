@@ -67,6 +67,34 @@ def rnd(*shape):
     return torch.randn(*shape, device="cuda").bfloat16()
 
 
+def captured(warm, body):
+    """(graph, body's result, stream): ``warm()`` runs eagerly on a new stream (so its buffers exist
+    there), then ``body()`` is captured on that stream."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        warm()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        result = body()
+    return g, result, s
+
+
+def replay_checked(g, outs, times, inputs, expect):
+    """``times`` replays of ``g``; before each, ``outs`` poisoned with NaN and ``inputs`` refilled with fresh
+    values; after each, ``outs[i]`` checked against the product of ``expect(i)`` = (x, w)."""
+    for _ in range(times):
+        for t in outs:
+            t.fill_(float("nan"))
+        for t in inputs:
+            t.copy_(torch.randn_like(t, dtype=torch.float32).bfloat16())
+        g.replay()
+        torch.cuda.synchronize()
+        for i, o in enumerate(outs):
+            check_exact(o, *expect(i))
+
+
 def poisoned_call(fn, x, w):
     """Call ``fn`` right after freeing a NaN-filled block of the size ``out`` will take."""
     m, n = x.shape[0], w.shape[0]
@@ -148,23 +176,9 @@ def test_epoch_kernel_under_cuda_graph_replay_20_times():
     fn = be.bind(cfg, torch.device("cuda"), 1024, K)
     xs = [rnd(5, K) for _ in range(4)]
     ws = [rnd(1024, K) for _ in range(4)]
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn(xs[0], ws[0])  # allocate this stream's flags eagerly
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        outs = [fn(xs[i], ws[i]) for i in range(4)]
-    for _ in range(20):
-        for t in outs:
-            t.fill_(float("nan"))
-        for x in xs:
-            x.copy_(torch.randn_like(x, dtype=torch.float32).bfloat16())
-        g.replay()
-        torch.cuda.synchronize()
-        for i in range(4):
-            check_exact(outs[i], xs[i], ws[i])
+    # the eager call allocates this stream's flags
+    g, outs, s = captured(lambda: fn(xs[0], ws[0]), lambda: [fn(xs[i], ws[i]) for i in range(4)])
+    replay_checked(g, outs, 20, xs, lambda i: (xs[i], ws[i]))
     sync = fn.buffers.by_stream[s.cuda_stream]
     # 1 eager call + 4 captured calls (capture does not run them) x 20 replays
     assert (sync.flags[:cfg.tiles(5, 1024)] == 1 + 4 * 20).all(), sync.flags
@@ -213,21 +227,8 @@ def test_bound_kernels_under_cuda_graph_replay_equal_the_product(which):
     _, cfg, fn = bound(which, 8, n, K)
     xs = [rnd(8, K) for _ in range(4)]
     ws = [rnd(n, K) for _ in range(4)]
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn(xs[0], ws[0])
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        outs = [fn(xs[i], ws[i]) for i in range(4)]
-    for _ in range(3):
-        for t in outs:
-            t.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        for i in range(4):
-            check_exact(outs[i], xs[i], ws[i])
+    g, outs, _ = captured(lambda: fn(xs[0], ws[0]), lambda: [fn(xs[i], ws[i]) for i in range(4)])
+    replay_checked(g, outs, 3, [], lambda i: (xs[i], ws[i]))
 
 
 @pytest.mark.parametrize("which", ["triton-det", "triton"])
@@ -288,26 +289,15 @@ def test_pdl_kernels_read_what_the_kernel_before_them_wrote(which, cfg):
     assert fn.launcher.fast and fn.launcher.options.get("launch_pdl") is True, fn.launcher.reason
     srcs = [rnd(m, K) for _ in range(12)]
     ws = [rnd(n, K) for _ in range(4)]
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn(srcs[0], ws[0])
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        xs, outs = [], []
+    xs, outs = [], []
+
+    def body():
         for i in range(12):
             xs.append((srcs[i].float() * 2.0).bfloat16())  # the kernel right before: writes x
             outs.append(fn(xs[i], ws[i % 4]))
-    for _ in range(5):
-        for t in outs:
-            t.fill_(float("nan"))
-        for src in srcs:
-            src.copy_(torch.randn_like(src, dtype=torch.float32).bfloat16())
-        g.replay()
-        torch.cuda.synchronize()
-        for i in range(12):
-            check_exact(outs[i], (srcs[i].float() * 2.0).bfloat16(), ws[i % 4])
+
+    g, _, _ = captured(lambda: fn(srcs[0], ws[0]), body)
+    replay_checked(g, outs, 5, srcs, lambda i: ((srcs[i].float() * 2.0).bfloat16(), ws[i % 4]))
 
 
 def test_raw_launch_helpers_still_work():

@@ -58,6 +58,7 @@ from sglang_fp32gemm.backends.triton_base import (
     StreamBuffers,
     TileConfig,
     TritonBackend,
+    fits_smem,
     launch_once,
     split_plans,
     with_pdl,
@@ -175,7 +176,7 @@ class TritonEpochBackend(TritonBackend):
             for bn, bk, sk in split_plans(n, k, m_tiles, [(bn0, bk) for bk in bks], 0.8, 4.0, keep, 1.7, 1):
                 iters = k // bk // sk
                 for st in sorted({min(s, iters + 1) for s in stage_set}):
-                    if st < 2 or (bm + bn) * bk * 2 * st > 200 * 1024:
+                    if st < 2 or not fits_smem(bm, bn, bk, st):
                         continue
                     cfg = EpochConfig(bm, bn, bk, sk, 4, st)
                     if cfg not in out:

@@ -186,6 +186,11 @@ def split_plans(n: int, k: int, m_tiles: int, tiles: list[tuple[int, int]], lo: 
 SMEM_BUDGET = 200 * 1024
 
 
+def fits_smem(bm: int, bn: int, bk: int, stages: int) -> bool:
+    """Whether ``stages`` bf16 [BM, BK] + [BN, BK] tiles fit ``SMEM_BUDGET``."""
+    return (bm + bn) * bk * 2 * stages <= SMEM_BUDGET
+
+
 def with_pdl(cfgs: list[TileConfig]) -> list[TileConfig]:
     """``cfgs`` and, where the GPU has programmatic dependent launch (sm90+), their PDL forms.
 
@@ -197,7 +202,7 @@ def with_pdl(cfgs: list[TileConfig]) -> list[TileConfig]:
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         return cfgs
     return cfgs + [dataclasses.replace(c, pdl=True) for c in cfgs
-                   if not c.pdl and (c.bm + c.bn) * c.bk * 2 * (c.num_stages + 1) <= SMEM_BUDGET]
+                   if not c.pdl and fits_smem(c.bm, c.bn, c.bk, c.num_stages + 1)]
 
 
 class Buffers:

@@ -41,7 +41,7 @@ import torch
 
 from sglang_fp32gemm.backends.base import Verdict
 from sglang_fp32gemm.backends.triton_base import Allocate, Buffers, Plan, StreamBuffers, TileConfig, TritonBackend
-from sglang_fp32gemm.backends.triton_base import launch_once, split_plans, with_pdl
+from sglang_fp32gemm.backends.triton_base import fits_smem, launch_once, split_plans, with_pdl
 
 logger = logging.getLogger(__name__)
 
@@ -137,10 +137,9 @@ class TritonSplitKBackend(TritonBackend):
         bns = (32, 64) if big or n > 512 else (16, 32)
         bks = (128, 256) if big else (64, 128, 256)
         stages_by_bk = {64: (4,), 128: (4, 5), 256: (4,)}
-        # over 200 KB of shared memory is too close to the 227 KB there are
         out = [SplitKConfig(bm, bn, bk, sk, 4, st)
                for bn, bk, sk in split_plans(n, k, m_tiles, [(bn, bk) for bn in bns for bk in bks], 0.8, 5.0, 3, 2.5, 2)
-               for st in stages_by_bk[bk] if (bm + bn) * bk * 2 * st <= 200 * 1024]
+               for st in stages_by_bk[bk] if fits_smem(bm, bn, bk, st)]
         return with_pdl(out)
 
     def plan(self, cfg: SplitKConfig, n: int) -> Callable[[int], Plan]:

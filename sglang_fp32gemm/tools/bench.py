@@ -55,7 +55,7 @@ import torch
 from sglang_fp32gemm import backends as backend_registry
 from sglang_fp32gemm.tools import bench_report as report
 from sglang_fp32gemm.tools import common, region, region_bench, timing
-from sglang_fp32gemm.tools.bench_measure import SEQ_N1, SEQ_N2, Bench, set_deterministic, tables_info
+from sglang_fp32gemm.tools.bench_measure import Bench, set_deterministic, tables_info
 from sglang_fp32gemm.tools.cli import Parser, parse_ints, positive_int
 from sglang_fp32gemm.tools.picks import Picks, table_jobs
 from sglang_fp32gemm.tools.precompile import precompile
@@ -117,9 +117,7 @@ def _graph_mode(name: str, flag: str, tag: str, json_mode: str, title: str, det:
 
 
 def _decode_layers(bench: Bench, a, n: int, k: int) -> dict:
-    dev = bench.device
-    return {"w1": timing.random_weights(a.layers, SEQ_N1, k, dev), "wf": timing.random_weights(a.layers, n, k, dev),
-            "w2": timing.random_weights(a.layers, SEQ_N2, k, dev)}
+    return timing.chain_weights(a.layers, n, k, bench.device)
 
 
 MODES = (  # the run order: eager and decode first, so a cut-short run still has them

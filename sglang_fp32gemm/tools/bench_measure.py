@@ -16,7 +16,6 @@ from sglang_fp32gemm import exactness, table
 from sglang_fp32gemm.tools import common, timing
 from sglang_fp32gemm.tools.picks import Picks
 
-SEQ_N1, SEQ_N2 = 1536, 512
 
 
 def _route(x: torch.Tensor, w: torch.Tensor, captured: bool) -> str:
@@ -153,29 +152,16 @@ class Bench:
         return rec
 
     def decode_shape(self, m: int, n: int, k: int, layers: dict, replays: int) -> dict:
-        import torch.nn.functional as F
-
-        w1, wf, w2 = layers["w1"], layers["wf"], layers["w2"]
+        wf = layers["wf"]
         L = len(wf)
         x = exactness.random_bf16(m, k, device=self.device)
         rec: dict[str, Any] = {"M": m, "N": n, "K": k, "layers": L, "step_us": {}, "add_per_layer_us": {},
                                "rel_err": {}, "allclose": {}, "kernel": {}, "note": {}}
 
-        def base():
-            for i in range(L):
-                F.linear(x, w1[i])
-                F.linear(x, w2[i])
-            return []
+        base = timing.chain_step(x, layers)
 
         def with_call(fn):
-            def step():
-                outs = []
-                for i in range(L):
-                    F.linear(x, w1[i])
-                    outs.append(fn(x, wf[i]))
-                    F.linear(x, w2[i])
-                return outs
-            return step
+            return timing.chain_step(x, layers, fn)
 
         variants: dict[str, Callable] = {"torch": self.torch_fn, "routed": self.routed}
         for pdl in (False, True):

@@ -22,10 +22,38 @@ import torch
 
 Fn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
+#: The serial decode chain of ``bench --decode-seq`` and ``tune --rank chain``: per layer a bf16
+#: linear of N=CHAIN_N1 on x, the fp32 call, a bf16 linear of N=CHAIN_N2; every layer its own weights.
+CHAIN_N1, CHAIN_N2 = 1536, 512
+
 
 def random_weights(count: int, n: int, k: int, device, dtype=torch.bfloat16) -> list[torch.Tensor]:
     """``count`` [n, k] standard-normal weights made on ``device`` (fast for the GB a decode step needs)."""
     return [torch.randn(n, k, device=device).to(dtype) for _ in range(count)]
+
+
+def chain_weights(layers: int, n: int, k: int, device) -> dict[str, list[torch.Tensor]]:
+    """The chain's weights: ``w1`` and ``w2`` for the bf16 linears, ``wf`` for the fp32 call; one per layer."""
+    return {"w1": random_weights(layers, CHAIN_N1, k, device), "wf": random_weights(layers, n, k, device),
+            "w2": random_weights(layers, CHAIN_N2, k, device)}
+
+
+def chain_step(x: torch.Tensor, weights: dict[str, list[torch.Tensor]],
+               fn: Optional[Fn] = None) -> Callable[[], list[torch.Tensor]]:
+    """One chain step for ``CudaTimer.step``, returning the fp32 outputs; ``fn`` None: the calls left out."""
+    w1, wf, w2 = weights["w1"], weights["wf"], weights["w2"]
+    linear = torch.nn.functional.linear
+
+    def step() -> list[torch.Tensor]:
+        outs = []
+        for i in range(len(wf)):
+            linear(x, w1[i])
+            if fn is not None:
+                outs.append(fn(x, wf[i]))
+            linear(x, w2[i])
+        return outs
+
+    return step
 
 
 def _replay_median_us(graph: "torch.cuda.CUDAGraph", replays: int) -> float:

@@ -86,9 +86,8 @@ def gather_candidates(backends: list, m: int, n: int, k: int, bucket: list[int],
     return out
 
 
-#: ``rank="chain"``: layers in the serial chain, and the N of the bf16 GEMMs around the call.
+#: ``rank="chain"``: layers in the serial chain (``timing.chain_step``, as ``bench --decode-seq``).
 CHAIN_LAYERS = 61
-CHAIN_BF16_N = (1536, 512)
 RANKS = ("isolated", "chain")
 
 
@@ -147,26 +146,12 @@ class Tuner:
 
     def chain(self, m: int, n: int, k: int, x: torch.Tensor, final: list) -> tuple[float, list]:
         """(torch's, the finalists re-ranked by) us added per layer to the serial chain; both logged."""
-        wf = self.weights(n, k)
-        around = [self.weights(nn, k) for nn in CHAIN_BF16_N]
-        layers = range(CHAIN_LAYERS)
-
-        def step_with(fn: Optional[Callable]):
-            def step():
-                outs = []
-                for i in layers:
-                    torch.nn.functional.linear(x, around[0][i % len(around[0])])
-                    if fn is not None:
-                        outs.append(fn(x, wf[i % len(wf)]))
-                    torch.nn.functional.linear(x, around[1][i % len(around[1])])
-                return outs
-            return step
-
-        base = (self.timer.step(step_with(None), self.final_replays)[0]
-                + self.timer.step(step_with(None), self.final_replays)[0]) / 2
+        weights = timing.chain_weights(CHAIN_LAYERS, n, k, self.device)
+        base = (self.timer.step(timing.chain_step(x, weights), self.final_replays)[0]
+                + self.timer.step(timing.chain_step(x, weights), self.final_replays)[0]) / 2
 
         def added(fn: Callable) -> float:
-            return (self.timer.step(step_with(fn), self.final_replays)[0] - base) / CHAIN_LAYERS
+            return (self.timer.step(timing.chain_step(x, weights, fn), self.final_replays)[0] - base) / CHAIN_LAYERS
 
         torch_us = added(self.torch_fn)
         self.log.write(event="torch", phase="chain", M=m, N=n, K=k, us=torch_us, base_step_us=base)
