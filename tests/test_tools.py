@@ -20,7 +20,7 @@ import torch
 from sglang_fp32gemm.backends.base import OK, Backend
 from sglang_fp32gemm.table import DeviceKey, TunedRow, format_rows, m_candidates, parse_csv
 from sglang_fp32gemm import exactness
-from sglang_fp32gemm.tools import bench, buckets, cli, common, picks, targets, tune, tune_rows, tuner
+from sglang_fp32gemm.tools import bench, buckets, cli, common, picks, region, targets, tune, tune_rows, tuner
 
 KEY = DeviceKey("sm90", 132)
 GRID = list(tune.M_DEFAULT)
@@ -328,8 +328,57 @@ def test_rank_chain_orders_the_finalists_by_what_they_add_to_the_serial_chain(tm
     chain = {x["kernel"]: (x["us"], x["isolated_us"]) for x in log_lines(tmp_path / "log.jsonl")
              if x.get("phase") == "chain" and "kernel" in x}
     assert chain == ({} if rank == "isolated" else {"plain_a": (9.0, 4.0), "plain_b": (3.0, 5.0), "plain_c": (7.0, 6.0)})
-    with pytest.raises(ValueError, match="one of isolated, chain"):
-        tuner.Tuner([be], torch.device("cpu"), ChainTimer(), log, rank="region")
+    with pytest.raises(ValueError, match="one of isolated, chain, region"):
+        tuner.Tuner([be], torch.device("cpu"), ChainTimer(), log, rank="fastest")
+
+
+@pytest.mark.parametrize("m,schedule", [(8, "overlapped"), (96, "serial")])
+def test_rank_region_times_the_finalists_in_the_region_model_of_the_shape(tmp_path, monkeypatch, m, schedule):
+    """The tiny model's N=128 GEMM (its one ratio-4 compressor): each finalist alone in that slot, the
+    other fp32 GEMM (N=64) left out; the step's fake time is what the calls add, and one round's
+    outlier does not decide."""
+    tiny = region.MODELS["tiny"]
+    monkeypatch.setattr(region, "spec_for", lambda n, k: tiny if (n, k) == (128, 64) else None)
+    cost = {"plain_a": 9.0, "plain_b": 3.0, "plain_c": 7.0}
+    added: list[float] = []
+    steps: list[int] = []
+
+    class RegionBackend(FakeBackend):
+        def bind(self, cfg, device, n, k):
+            fn = super().bind(cfg, device, n, k)
+
+            def run(x, w):
+                assert w.shape == (128, 64)  # only the shape under test runs
+                added.append(cost[cfg.name])
+                return fn(x, w)
+
+            run.fake_us = fn.fake_us
+            return run
+
+    class RegionTimer(FakeTimer):
+        def step(self, step, replays=20):
+            added.clear()
+            outs = step()
+            steps.append(len(outs))
+            slow = 50.0 if len(steps) == 4 else 0.0  # one slow graph (plain_b's first) among fifteen
+            return 1000.0 + sum(added) + slow, outs
+
+    def torch_fn(x, w):
+        added.append(8.0)
+        return x.float() @ w.float().t()
+
+    be = RegionBackend("fast", "triton", {"plain_a": 4.0, "plain_b": 5.0, "plain_c": 6.0})
+    log = common.JsonLog(str(tmp_path / "log.jsonl"))
+    t = tuner.Tuner([be], torch.device("cpu"), RegionTimer(10.0), log, top=3, rank="region", torch_fn=torch_fn)
+    r = t.shape(m, 128, 64, [m], tuner.gather_candidates([be], m, 128, 64, [m], {}, log))
+    assert (r.fast.kernel, r.fast.us, r.torch_us) == ("plain_b", 3.0, 8.0)
+    assert steps[-15:] == [0, 1, 1, 1, 1] * 3  # 3 rounds of: none, torch, the 3 finalists; 1 call each
+    lines = log_lines(tmp_path / "log.jsonl")
+    ranked = {x["kernel"]: (x["us"], x["setting"]) for x in lines if x.get("phase") == "region" and "kernel" in x}
+    assert ranked == {c: (us, f"region:tiny:{schedule}") for c, us in cost.items()}
+    # no model has the shape: the chain ranks it
+    r = t.shape(m, 32, 64, [m], tuner.gather_candidates([be], m, 32, 64, [m], {}, log))
+    assert [x["setting"] for x in log_lines(tmp_path / "log.jsonl") if x.get("event") == "torch" and "setting" in x][-1] == "chain"
 
 
 def test_tuner_writes_no_row_where_torch_wins(tmp_path):

@@ -188,8 +188,23 @@ def fp32_shapes(spec: ModelSpec) -> list[tuple[int, int]]:
     return sorted({(n, k) for steps in plan(spec, "serial") for _, kind, _, n, k in gemms(steps) if kind == GEMM_FP32})
 
 
-def fp32_calls(spec: ModelSpec) -> int:
-    return sum(1 for steps in plan(spec, "serial") for s in steps if s.kind == GEMM_FP32)
+def fp32_calls(spec: ModelSpec, n: Optional[int] = None) -> int:
+    """The model's fp32 GEMM calls per step (of width ``n`` alone, when given)."""
+    return sum(1 for steps in plan(spec, "serial") for s in steps
+               if s.kind == GEMM_FP32 and (n is None or s.n == n))
+
+
+def spec_for(n: int, k: int) -> Optional[ModelSpec]:
+    """The shipped model (V4-Pro, V4-Flash) that runs an fp32 GEMM of this (N, K), or None."""
+    for spec in (MODELS["pro"], MODELS["flash"]):
+        if (n, k) in fp32_shapes(spec):
+            return spec
+    return None
+
+
+def schedule_for(m: int) -> str:
+    """How SGLang runs a captured decode step of batch ``m`` on Hopper (ratio 4/128 layers)."""
+    return "overlapped" if m <= MULTI_STREAM_BS_LIMIT_HOPPER else "serial"
 
 
 def make_weights(spec: ModelSpec, device, seed: int = 0) -> list[dict[str, torch.Tensor]]:
@@ -244,8 +259,9 @@ def run_layers(plans: Sequence[Sequence[Step]], weights: Sequence[dict[str, torc
     """Issue every step; (fp32 outputs, their (layer, name), every other tensor made).
 
     The caller keeps the third list alive until a graph capture ends, so that no block is
-    freed and reused while another stream may still read it. ``gemm`` None: the fp32 GEMMs
-    are left out and their consumers read ``placeholders[N]`` (preallocated fp32 [M, N]).
+    freed and reused while another stream may still read it. The fp32 GEMMs whose N ``gemm``
+    lacks (all of them when it is None) are left out and their consumers read
+    ``placeholders[N]`` (preallocated fp32 [M, N]).
     """
     bound = streams.bind()
     fp32, where, keep = [], [], []
@@ -260,7 +276,7 @@ def run_layers(plans: Sequence[Sequence[Step]], weights: Sequence[dict[str, torc
                 if s.kind == GEMM_BF16:
                     out = F.linear(src, w[s.name])
                 elif s.kind == GEMM_FP32:
-                    if gemm is None:
+                    if gemm is None or s.n not in gemm:
                         out = placeholders[s.n]
                     else:
                         out = gemm[s.n](src, w[s.name])

@@ -31,10 +31,15 @@ round up to another row's kernel (aiter's lookup only rounds up), a libtype
 ``torch`` row at that M keeps them on torch; --no-pin-torch turns that off.
 
 Ranking: the --top finalists of each table are re-timed with more replays
-and ordered by that time (--rank isolated), or by what each adds per layer to
-a 61-layer serial decode chain of bf16 GEMMs around the call (--rank chain:
-the setting SGLang runs above its multi-stream limit; the isolated winner may
-lose there). Both times go to the log.
+and ordered by that time (--rank isolated), or by what each call adds where
+SGLang runs it: --rank region times them in the model of SGLang's decode
+region (tools/region.py) of the model that has the shape (V4-Pro at K=7168,
+V4-Flash at K=4096; N 512/1024/2048), overlapped on SGLang's side streams up
+to its multi-stream limit (M <= 64 on Hopper), serial above; --rank chain
+(and region, for shapes no model has) in a 61-layer serial chain of bf16
+GEMMs around the call. Torch is timed the same way, and a row is written only
+where the winner beats torch there. The median of --rounds interleaved rounds
+counts; every time goes to the log.
 
 Budget: --budget-s stops cleanly between candidates, keeps every finished
 shape and writes the tables; they are also rewritten after every shape, so a
@@ -112,7 +117,8 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
     print(f"{len(shapes)} shapes, candidates per backend: {per_backend}", flush=True)
     jobs = [(c.backend.name, c.kernel, s[0], s[1], s[2]) for s in shapes for c in cands[s]]
     tuner = Tuner(usable, device, timer, log, caps=caps, top=args.top, screen_replays=args.screen_replays,
-                  final_replays=args.final_replays, budget=budget, rank=args.rank)
+                  final_replays=args.final_replays, budget=budget, rank=args.rank,
+                  rounds=args.rounds)
     results: list[ShapeResult] = []
     stopped = None
 
@@ -199,8 +205,9 @@ def parser() -> Parser:
                     help="time only the first COUNT candidates of a backend (default %(default)s)")
     ap.add_argument("--top", type=positive_int, default=3, help="finalists per table re-timed with more replays")
     ap.add_argument("--rank", choices=RANKS, default="isolated",
-                    help="order the finalists by their time alone (isolated) or by what they add per layer to a "
-                         "61-layer serial decode chain (chain; the tables' us column is then that) (default %(default)s)")
+                    help="order the finalists by their time alone, or by what a call adds in a serial decode chain "
+                         "or in SGLang's decode region (the tables' us column is then that) (default %(default)s)")
+    ap.add_argument("--rounds", type=positive_int, default=3, help="interleaved rounds of --rank chain/region")
     ap.add_argument("--screen-replays", type=positive_int, default=7)
     ap.add_argument("--final-replays", type=positive_int, default=15)
     ap.add_argument("--workers", type=int, default=max(1, min(16, (os.cpu_count() or 1) - 1)),

@@ -3,22 +3,26 @@ exactness, time them against torch, pick the fastest and the fastest
 deterministic kernel valid for the whole bucket.
 
 Ranking (``rank``): ``isolated`` orders the finalists by their time alone
-(back-to-back calls of the one kernel); ``chain`` by what each adds per layer
-to a serial decode chain (``CHAIN_LAYERS`` layers, each a bf16 GEMM, the call
-and another bf16 GEMM, every layer its own weights, one CUDA graph: the
-setting SGLang runs above its multi-stream limit), because an isolated
+(back-to-back calls of the one kernel); ``chain`` by what each call adds to a
+serial decode chain (``CHAIN_LAYERS`` layers, each a bf16 GEMM, the call and
+another bf16 GEMM, every layer its own weights, one CUDA graph); ``region``
+by what each call adds to the model of SGLang's decode region (tools/region.py)
+of the model that has the shape, in the schedule SGLang runs at that M
+(overlapped up to its multi-stream limit, else serial), the shape's other
+fp32 GEMMs left out; the chain where no model has the shape. An isolated
 winner need not win there (docs/benchmarks/README.md, run 10).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable, Optional
+import statistics
+from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 import torch
 
 from sglang_fp32gemm import exactness
-from sglang_fp32gemm.tools import common, timing
+from sglang_fp32gemm.tools import common, region, timing
 from sglang_fp32gemm.tools.stopping import Budget
 from sglang_fp32gemm.tools.tune_rows import Pick, ShapeResult
 
@@ -88,16 +92,27 @@ def gather_candidates(backends: list, m: int, n: int, k: int, bucket: list[int],
 
 #: ``rank="chain"``: layers in the serial chain (``timing.chain_step``, as ``bench --decode-seq``).
 CHAIN_LAYERS = 61
-RANKS = ("isolated", "chain")
+RANKS = ("isolated", "chain", "region")
+
+
+class Setting(NamedTuple):
+    """Where a rank times a call: ``step(fn)`` is one step with ``fn`` (None: the calls left out),
+    which makes ``calls`` calls of the shape."""
+
+    name: str
+    calls: int
+    step: Callable[[Optional[Callable]], Callable[[], list]]
 
 
 class Tuner:
     def __init__(self, backends: list, device, timer, log: common.JsonLog, *, caps: dict[str, int] | None = None,
                  top: int = 3, screen_replays: int = 7, final_replays: int = 15,
-                 budget: Optional[Budget] = None, torch_fn: Optional[Callable] = None, rank: str = "isolated"):
+                 budget: Optional[Budget] = None, torch_fn: Optional[Callable] = None, rank: str = "isolated",
+                 rounds: int = 3):
         if rank not in RANKS:
             raise ValueError(f"rank {rank!r}: one of {', '.join(RANKS)}")
         self.rank = rank
+        self.rounds = rounds
         self.backends = backends
         self.device = device
         self.timer = timer
@@ -110,6 +125,7 @@ class Tuner:
         self.torch_fn = torch_fn or timing.torch_fn(device)
         self.binds = common.BindCache()
         self._weights: dict[tuple[int, int], list[torch.Tensor]] = {}
+        self._regions: dict[str, tuple] = {}  # model name -> (weights, streams), made once
 
     def weights(self, n: int, k: int) -> list[torch.Tensor]:
         w = self._weights.get((n, k))
@@ -144,27 +160,69 @@ class Tuner:
             self._rec(c, m, n, k, phase="time", status="error", error=f"{type(e).__name__}: {str(e)[:300]}")
             return None
 
-    def chain(self, m: int, n: int, k: int, x: torch.Tensor, final: list) -> tuple[float, list]:
-        """(torch's, the finalists re-ranked by) us added per layer to the serial chain; both logged."""
-        weights = timing.chain_weights(CHAIN_LAYERS, n, k, self.device)
-        base = (self.timer.step(timing.chain_step(x, weights), self.final_replays)[0]
-                + self.timer.step(timing.chain_step(x, weights), self.final_replays)[0]) / 2
+    def setting(self, m: int, n: int, k: int, x: torch.Tensor) -> Setting:
+        """Where ``rank`` times the finalists: the region model of the shape's model, else the chain."""
+        spec = region.spec_for(n, k) if self.rank == "region" else None
+        if spec is None:
+            weights = timing.chain_weights(CHAIN_LAYERS, n, k, self.device)
+            return Setting("chain", CHAIN_LAYERS, lambda fn: timing.chain_step(x, weights, fn))
+        if spec.name not in self._regions:
+            self._regions[spec.name] = (region.make_weights(spec, self.device), region.Streams(self.device))
+        weights, streams = self._regions[spec.name]
+        schedule = region.schedule_for(m)
+        plans = region.plan(spec, schedule)
+        holes = {nn: torch.zeros(m, nn, device=self.device) for nn, _ in region.fp32_shapes(spec)}
+        kept: list = []
 
-        def added(fn: Callable) -> float:
-            return (self.timer.step(timing.chain_step(x, weights, fn), self.final_replays)[0] - base) / CHAIN_LAYERS
+        def step_of(fn: Optional[Callable]) -> Callable[[], list]:
+            def step() -> list:
+                outs, _, keep = region.run_layers(plans, weights, x, None if fn is None else {n: fn}, streams, holes)
+                kept[:] = keep  # alive until the capture ends: no block is reused under another stream
+                return outs
+            return step
 
-        torch_us = added(self.torch_fn)
-        self.log.write(event="torch", phase="chain", M=m, N=n, K=k, us=torch_us, base_step_us=base)
+        return Setting(f"region:{spec.name}:{schedule}", region.fp32_calls(spec, n), step_of)
+
+    def rerank(self, m: int, n: int, k: int, x: torch.Tensor, final: list) -> tuple[float, list]:
+        """(torch's, the finalists re-ranked by) us each call adds in ``setting``; all logged.
+
+        Each round times the step without the calls, with torch's and with every finalist's,
+        interleaved; the medians over ``rounds`` rounds are compared, because the overlapped
+        region varies by more than the differences between kernels from one graph to the next.
+        """
+        where = self.setting(m, n, k, x)
+        fns = {"": None, "torch": self.torch_fn}
+        for _, c, _ in final:
+            try:
+                fns[c.label] = self._fn(c, n, k)
+            except Exception as e:
+                self._rec(c, m, n, k, phase=self.rank, status="error", error=f"{type(e).__name__}: {str(e)[:300]}")
+        times: dict[str, list[float]] = {label: [] for label in fns}
+        for _ in range(self.rounds):
+            for label in list(times):
+                self.budget.check()
+                try:
+                    times[label].append(self.timer.step(where.step(fns[label]), self.final_replays)[0])
+                except Exception as e:
+                    if not label:
+                        raise  # the step without the calls: nothing can be ranked
+                    del times[label]
+                    self.log.write(event="candidate", phase=self.rank, status="error", M=m, N=n, K=k, kernel=label,
+                                   error=f"{type(e).__name__}: {str(e)[:300]}")
+        base = statistics.median(times.pop(""))
+
+        def added(label: str) -> float:
+            return (statistics.median(times[label]) - base) / where.calls
+
+        torch_us = added("torch")
+        self.log.write(event="torch", phase=self.rank, setting=where.name, M=m, N=n, K=k, us=torch_us,
+                       base_step_us=base, rounds=times["torch"])
         ranked = []
         for us, c, res in final:
-            self.budget.check()
-            try:
-                chain_us = added(self._fn(c, n, k))
-            except Exception as e:
-                self._rec(c, m, n, k, phase="chain", status="error", error=f"{type(e).__name__}: {str(e)[:300]}")
-                continue
-            self._rec(c, m, n, k, phase="chain", status="ok", us=chain_us, isolated_us=us, rel_err=res.rel_err)
-            ranked.append((chain_us, c, res))
+            if c.label in times:
+                self._rec(c, m, n, k, phase=self.rank, setting=where.name, status="ok", us=added(c.label),
+                          isolated_us=us, rel_err=res.rel_err, rounds=times[c.label])
+                ranked.append((added(c.label), c, res))
         ranked.sort(key=lambda r: r[0])
         return torch_us, ranked
 
@@ -209,8 +267,8 @@ class Tuner:
             self._rec(c, m, n, k, phase="final", status="ok", us=us, rel_err=res.rel_err)
             final.append((us, c, res))
         final.sort(key=lambda r: r[0])
-        if self.rank == "chain":
-            torch_us, final = self.chain(m, n, k, x, final)
+        if self.rank != "isolated":
+            torch_us, final = self.rerank(m, n, k, x, final)
         lo = min(bucket) if bucket else m
         verified: dict[str, Optional[exactness.Check]] = {}
 
