@@ -12,7 +12,8 @@
 #   gpu-tests     every tests/test_*gpu*.py
 #   tune          python -m sglang_fp32gemm tune (every backend, both tables) into $OUT/tune/;
 #                 later bench steps of the same call route with these tables (through
-#                 SGLANG_FLYDSL_FP32_GEMM_CONFIG, on top of the packaged ones) and give each
+#                 SGLANG_FLYDSL_FP32_GEMM_CONFIG, on top of the packaged ones and of any the
+#                 caller named there) and give each
 #                 backend column its tuned config. Nothing is written to configs/: commit
 #                 $OUT's tables there by hand if they are wanted.
 #   bench:MODES   python -m sglang_fp32gemm bench with MODES, a comma list of graph, det,
@@ -93,7 +94,8 @@ step_tune() {
   [ ${#new[@]} -gt 0 ] || return 0
   if python3 -c "import sys; from sglang_fp32gemm.table import TunedTables as T; t = T.load(sys.argv[1:]); \
 print(len(t.fast), 'fast and', len(t.deterministic), 'deterministic rows load')" "${new[@]}"; then
-    export SGLANG_FLYDSL_FP32_GEMM_CONFIG=$(IFS=:; echo "${new[*]}")
+    # on top of any tables the caller named (later files override earlier ones)
+    export SGLANG_FLYDSL_FP32_GEMM_CONFIG=${SGLANG_FLYDSL_FP32_GEMM_CONFIG:+$SGLANG_FLYDSL_FP32_GEMM_CONFIG:}$(IFS=:; echo "${new[*]}")
   else
     echo "THE NEW TABLES DO NOT LOAD: later steps route with the packaged ones"
   fi

@@ -224,10 +224,11 @@ def test_rows_round_trip_through_the_table_parser():
     fast = tune_rows.build_rows(results, KEY, [1, 2, 16], 0.02, deterministic=False)
     det = tune_rows.build_rows(results, KEY, [1, 2, 16], 0.02, deterministic=True)
     # M=2: 9.9 us is only 1% under torch: no fast row; 9.81 * 1.02 = 10.006 > 10: no det row either.
-    # Without a row M=2 would round up to the M=16 kernel: a torch row keeps it on torch.
+    # Every tuned M torch won gets a torch row (else, laid over another table, that table's row
+    # would serve it; here M=2 would also round up to the M=16 kernel).
     assert [(r.M, r.libtype, r.kernelName) for r in fast] == \
         [(1, "triton", "k_fast"), (2, "torch", ""), (16, "triton", "k_fast")]
-    assert [(r.M, r.libtype, r.kernelName) for r in det] == [(1, "triton", "k_det")]
+    assert [(r.M, r.libtype, r.kernelName) for r in det] == [(1, "triton", "k_det"), (2, "torch", ""), (16, "torch", "")]
     for rows in (fast, det):
         back = parse_csv(format_rows(rows), "t.csv")
         assert [dataclasses.replace(r, source="") for r in back] == rows
@@ -381,16 +382,18 @@ def test_rank_region_times_the_finalists_in_the_region_model_of_the_shape(tmp_pa
     assert [x["setting"] for x in log_lines(tmp_path / "log.jsonl") if x.get("event") == "torch" and "setting" in x][-1] == "chain"
 
 
-def test_tuner_writes_no_row_where_torch_wins(tmp_path):
+def test_tuner_writes_a_torch_row_where_torch_wins(tmp_path):
     fast, det, _ = fakes()
     args = tune_args(tmp_path, m=[1, 8, 16], n=[32], k=[64])
     tune.run(args, backends=[fast, det], device=torch.device("cpu"), timer=FakeTimer(2.05))
     rows = parse_csv(open(args.out).read(), args.out)
     # M=8 (serving only 8 with this grid): lowbad_fast at 2.0 us beats 2.05 by 2.5%: a row. M=1: the best
-    # exact kernel (flaky_det, 3.0 us) loses: no row. M=16 serves 2-7 and 9-16: lowbad_fast fails at M=2,
-    # the rest lose to torch; without a row, M=5-7 would round up to the M=8 kernel: a torch row.
-    assert [(r.M, r.libtype, r.kernelName) for r in rows] == [(8, "triton", "lowbad_fast"), (16, "torch", "")]
-    assert parse_csv(open(args.out_det).read(), args.out_det) == []
+    # exact kernel (flaky_det, 3.0 us) loses: a torch row. M=16 serves 2-7 and 9-16: lowbad_fast fails at
+    # M=2, the rest lose to torch: a torch row (without it, M=5-7 would round up to the M=8 kernel).
+    assert [(r.M, r.libtype, r.kernelName) for r in rows] == \
+        [(1, "torch", ""), (8, "triton", "lowbad_fast"), (16, "torch", "")]
+    assert [(r.M, r.libtype, r.us) for r in parse_csv(open(args.out_det).read(), args.out_det)] == \
+        [(1, "torch", 2.05), (8, "torch", 2.05), (16, "torch", 2.05)]
 
 
 def test_tuner_budget_stops_cleanly_and_keeps_finished_shapes(tmp_path):

@@ -21,14 +21,15 @@ use outside graph capture): the summary counts those compiles.
 
 Two tables (aiter's CSV schema):
   --out      the fastest exact kernel per key, libtype = its backend's libtype,
-             kernelName = backend.kernel_name(cfg); a row only where it beats
-             torch by --min-gain, otherwise no row (torch serves the call);
+             kernelName = backend.kernel_name(cfg), where it beats torch by
+             --min-gain; otherwise a libtype ``torch`` row (torch serves the
+             call; laid over another table, the row overrides that table's);
   --out-det  the same for deterministic candidates only (torch.mm counts as
-             deterministic, so where it wins there is no row either).
+             deterministic).
 Rows are the same for both tables where the fastest kernel is deterministic.
-If an M of the grid gets no row but the M values of its bucket would then
-round up to another row's kernel (aiter's lookup only rounds up), a libtype
-``torch`` row at that M keeps them on torch; --no-pin-torch turns that off.
+An M of the grid the budget did not reach gets a torch row too where its
+bucket would otherwise round up to another row's kernel (aiter's lookup only
+rounds up). --no-pin-torch writes no torch rows.
 
 Ranking: the --top finalists of each table are re-timed with more replays
 and ordered by that time (--rank isolated), or by what each call adds where
@@ -161,8 +162,8 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
     common.write_json(summary_path, summary)
     log.write(event="end", stopped=stopped, rows=len(fast), det_rows=len(det), missing=len(missing))
     log.close()
-    print(f"wrote {len(fast)} rows to {out} ({sum(r.libtype == 'torch' for r in fast)} torch pins), "
-          f"{len(det)} rows to {out_det} ({sum(r.libtype == 'torch' for r in det)} torch pins); "
+    print(f"wrote {len(fast)} rows to {out} ({sum(r.libtype == 'torch' for r in fast)} torch rows), "
+          f"{len(det)} rows to {out_det} ({sum(r.libtype == 'torch' for r in det)} torch rows); "
           f"{len(results)}/{len(shapes)} shapes in {summary['elapsed_s']}s"
           + (f"; {stopped}; {len(missing)} shapes not tuned" if stopped else ""), flush=True)
     if compiles["fast"] or compiles["deterministic"]:

@@ -64,10 +64,12 @@ def build_rows(results: Iterable[ShapeResult], key, grid: Iterable[int], min_gai
         for m, r in fast.items():
             rows.append(_row(key, r, r.det if deterministic else r.fast))
         if pin_torch:
+            # Every tuned M that torch won gets its torch row, so that this table, laid over
+            # another (SGLANG_FLYDSL_FP32_GEMM_CONFIG), also overrides that table's row there.
+            for m in sorted(set(per_m) - set(fast)):
+                rows.append(_row(key, per_m[m], None))
             for m in torch_pins(grid, fast):
-                if m in per_m:
-                    rows.append(_row(key, per_m[m], None))
-                else:  # not reached within the budget: pinned without a time
+                if m not in per_m:  # not reached within the budget: pinned without a time
                     rows.append(_row(key, ShapeResult(m, n, k, 0.0, [], None, None), None))
     rows.sort(key=lambda row: (row.N, row.K, row.M))
     return rows

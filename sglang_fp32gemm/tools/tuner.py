@@ -252,6 +252,13 @@ class Tuner:
             screened.append((us, c, res))
         screened.sort(key=lambda r: r[0])
         finalists = screened[:self.top] + [r for r in screened if r[1].deterministic][:self.top]
+        if self.rank == "region":
+            # Beside other streams a kernel with fewer CTAs can hide where the isolated winners
+            # (deep K splits) cannot: offer the best of each of the ``top`` smallest splits too.
+            by_split: dict[int, tuple] = {}
+            for r in screened:
+                by_split.setdefault(common.split_k_of(r[1].cfg), r)
+            finalists += [by_split[sk] for sk in sorted(by_split)[:self.top]]
         seen, final = set(), []
         self.budget.check()
         torch_us = self.timer.per_call(self.torch_fn, x, weights, replays=self.final_replays)
