@@ -1,26 +1,12 @@
 """What the two Triton backends (``triton`` and ``triton-det``) share.
 
-Each kernel module (``triton.py``: the epoch kernel, ``triton_det.py``: the
-ticket kernel) keeps only its ``@triton.jit`` kernel, its frozen config, its
-buffer layout and its search space; this module has the rest:
-
-* ``TileConfig``: the kernelName grammar ``<PREFIX>_bm<BM>_bn<BN>_bk<BK>
-  _sk<SPLITK>_w<WARPS>_s<STAGES>`` and the shape rules both kernels obey.
-* ``TritonBackend``: availability, parsing, source tag, and ``bind``, which
-  compiles the kernel once (``triton_launch.BoundKernel``) and returns the
-  hot-path closure: the fast C-launcher launch for calls inside the compiled
-  specialization, the ordinary ``kernel[grid](...)`` launch otherwise.
-* ``StreamBuffers``: the two device buffers each kernel takes after ``out``
-  (a scratch buffer and int32 counters), one pair per CUDA stream, since
-  two streams running a kernel at once must not share its counters.
-  Allocated outside graph capture only; a stream met for the first time
-  (or needing larger buffers) inside capture raises ``NotReadyInCapture``
-  and the router falls back for that call. Never freed: graphs captured
-  earlier keep using the buffers they saw.
-
-Both kernels take the same parameters: ``x, w, out, scratch, counters, M, N,
-K, stride_xm, stride_wn, stride_om`` then the constexprs of
-``TileConfig.constexprs``.
+Each kernel module keeps its config, buffer layout and search space; this
+module has the kernelName grammar (``TileConfig``), the search-space helpers,
+``TritonBackend`` (availability, parsing, source tag, ``bind`` with the fast
+C-launcher launch and the ordinary one) and ``StreamBuffers`` (one buffer
+pair per CUDA stream: two streams must not share a kernel's counters).
+Both kernels take ``x, w, out, scratch, counters, M, N, K, stride_xm,
+stride_wn, stride_om`` then ``TileConfig.constexprs``.
 """
 
 from __future__ import annotations
@@ -50,10 +36,8 @@ Plan = tuple[int, int, int, int, int]
 
 @dataclasses.dataclass(frozen=True)
 class TileConfig:
-    """A Triton split-K kernel's configuration; ``name`` is its ``kernelName``.
+    """A Triton split-K kernel's configuration; ``name`` is its kernelName, ``<PREFIX>_bm.._s<STAGES>[_pdl]``.
 
-    The Triton kernels share the grammar ``<PREFIX>_bm<BM>_bn<BN>_bk<BK>
-    _sk<SPLITK>_w<WARPS>_s<STAGES>[_pdl]``; each subclass names its prefix.
     ``pdl``: launched as a programmatic dependent launch (triton_kernels.py).
     """
 
@@ -206,10 +190,7 @@ def with_pdl(cfgs: list[TileConfig]) -> list[TileConfig]:
 
 
 class Buffers:
-    """One stream's pair of buffers: the kernel's scratch (flags or partials) and its int32 counters.
-
-    The raw pointers and sizes are read once here, not on every call.
-    """
+    """One stream's scratch (flags or partials) and int32 counters; pointers and sizes read once, not per call."""
 
     __slots__ = ("scratch", "counters", "scratch_ptr", "counters_ptr", "scratch_len", "counters_len")
 
@@ -229,10 +210,8 @@ Allocate = Callable[[int, int, Optional[Buffers]], Buffers]
 class StreamBuffers:
     """A kernel's ``Buffers`` on one device, one pair per raw CUDA stream (key 0 on CPU).
 
-    ``get(stream, scratch, counters)`` returns the stream's pair when it is
-    large enough, else allocates a new one with ``allocate`` (outside graph
-    capture only). A replaced pair is kept in ``retired``: graphs captured
-    with it may still replay.
+    A pair is allocated outside graph capture only; a replaced one is kept in
+    ``retired``: graphs captured with it may still replay.
     """
 
     def __init__(self, device: torch.device, allocate: Allocate, what: str):
@@ -272,10 +251,8 @@ class StreamBuffers:
 class TritonBackend(Backend):
     """The part of a Triton split-K backend that does not depend on its kernel.
 
-    A subclass sets ``name``, ``CONFIG`` (its ``TileConfig`` subclass) and
-    ``get_kernel`` (the builder of its ``@triton.jit`` kernel), and
-    implements ``plan`` (grid and buffer sizes per M), ``buffers`` (where
-    its per-stream buffers live), ``deterministic`` and ``candidates``.
+    A subclass sets ``name``, ``CONFIG`` and ``get_kernel``, and implements
+    ``plan``, ``buffers``, ``deterministic`` and ``candidates``.
     """
 
     libtype = "triton"
@@ -306,9 +283,6 @@ class TritonBackend(Backend):
     def supports(self, cfg: TileConfig, m: int, n: int, k: int) -> Verdict:
         return cfg.check_shape(m, n, k)
 
-    def kernel_name(self, cfg: TileConfig) -> str:
-        return cfg.name
-
     def source_tag(self, cfg: TileConfig) -> str:
         return kernel_source_tag()
 
@@ -323,12 +297,7 @@ class TritonBackend(Backend):
 
     # -- bind --------------------------------------------------------------------------------------
     def bind(self, cfg: TileConfig, device: torch.device, n: int, k: int) -> KernelFn:
-        """Compile once for (cfg, device, N, K) and return the hot-path ``fn(x, w)``.
-
-        ``fn.launcher`` is the ``BoundKernel`` (``.fast``/``.reason`` say
-        whether the C-launcher path is used); ``fn.buffers`` the
-        ``StreamBuffers`` it launches with.
-        """
+        """Compile once for (cfg, device, N, K) and return the hot-path ``fn(x, w)``."""
         ok, why = cfg.check_shape(1, n, k)
         if not ok:
             raise ValueError(why)
