@@ -1,22 +1,10 @@
-"""The decision for one call, and the process's router.
+"""The decision for one call (``Router.decide``), and the process's router.
 
-Every call, from either SGLang hook, ``Router.call``, ``describe_call`` or
-``explain``, is decided by ``Router.decide`` in this order:
-
-1. enabled? (off: SGLang's own function, not counted; a bad configuration:
-   the fallback, counted, logged once)
-2. the calling layer selected by the layer file? (``Caller``)
-3. eligible? (``ineligible(x, w)``: the cheap checks a bound kernel relies on)
-4. the route table's entry for (device, N, K, M): a bound, probed kernel, or
-   the fallback and its reason (``routes.py``, resolved once per shape).
-5. only for an entry whose backend's eager launch costs more host time than
-   torch's (``Backend.eager_ok`` False): not under CUDA-graph capture
-   (``capturing``)? then the entry's eager alternative, another row's kernel
-   or the fallback.
-
-The router receives a ``Config``; ``get_router()`` loads the process's
-configuration once. Kernels (``kernels.py``), routes (``routes.py``) and
-counters and log-once (``telemetry.py``) are its parts.
+Every hook, ``Router.call``, ``describe_call`` and ``explain`` decide through
+``Router.decide``: enabled? -> layer selected (``Caller``)? -> ``ineligible(x,
+w)``? -> the route table's entry -> its eager alternative when the call is
+not being captured; docs/design.md ("The path of one call"). The router
+receives a ``Config``; ``get_router()`` loads the process's one once.
 """
 
 from __future__ import annotations
