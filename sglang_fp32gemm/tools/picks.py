@@ -19,9 +19,8 @@ from sglang_fp32gemm.tools.precompile import Job
 class Picks:
     """The best kernel per (backend, tuned M, N, K), from a tune log or tuned CSVs."""
 
-    def __init__(self, best: Optional[dict[tuple[str, int, int, int], str]] = None, sources: tuple = ()):
+    def __init__(self, best: Optional[dict[tuple[str, int, int, int], str]] = None):
         self.best = dict(best or {})
-        self.sources = list(sources)
 
     @classmethod
     def load(cls, paths: list[str], backends: list) -> "Picks":
@@ -48,7 +47,7 @@ class Picks:
                     into[key] = (us, kernel)
             for key in set(final) | set(screen):
                 best[key] = (final.get(key) or screen[key])[1]
-        return cls(best, tuple(paths))
+        return cls(best)
 
     def choose(self, b, m: int, n: int, k: int) -> tuple[Any, Optional[str], str]:
         """(cfg, kernel name, where it came from); cfg None with the reason when none fits."""
