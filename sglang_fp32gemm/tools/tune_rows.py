@@ -64,11 +64,8 @@ def build_rows(results: Iterable[ShapeResult], key, grid: Iterable[int], min_gai
         for m, r in fast.items():
             rows.append(_row(key, r, r.det if deterministic else r.fast))
         if pin_torch:
-            for m in torch_pins(grid, fast):
-                if m in per_m:
-                    rows.append(_row(key, per_m[m], None))
-                else:  # not reached within the budget: pinned without a time
-                    rows.append(_row(key, ShapeResult(m, n, k, 0.0, [], None, None), None))
+            for m in torch_pins(grid, fast):  # a shape not reached within the budget: pinned without a time
+                rows.append(_row(key, per_m.get(m) or ShapeResult(m, n, k, 0.0, [], None, None), None))
     rows.sort(key=lambda row: (row.N, row.K, row.M))
     return rows
 

@@ -68,21 +68,18 @@ class VllmLL:
             bs = int(cfg[len("dotprod_bs"):])
             self.g.compile(self.g.CompileKey(backend="dotprod", M=m, K=k, bs=bs))
             kern = _cached(self.g._compiled_cache, (m, k, bs))
+            launch = lambda x, w, out: kern(x, w, out, w.shape[0], _stream())  # noqa: E731
+        else:
+            sk, ns = (int(v) for v in cfg[len("splitk_"):].split("x"))
+            self.g.compile(self.g.CompileKey(backend="splitk", split_k=sk, num_stages=ns))
+            kern = _cached(self.g._splitk_cache, (sk, ns))
+            launch = lambda x, w, out: kern(x, w, out, _stream(), 1.0)  # noqa: E731
 
-            def dot(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-                out = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32, device=x.device)
-                kern(x, w, out, w.shape[0], _stream())
-                return out
-            return dot
-        sk, ns = (int(v) for v in cfg[len("splitk_"):].split("x"))
-        self.g.compile(self.g.CompileKey(backend="splitk", split_k=sk, num_stages=ns))
-        kern = _cached(self.g._splitk_cache, (sk, ns))
-
-        def splitk(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        def run(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
             out = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32, device=x.device)
-            kern(x, w, out, _stream(), 1.0)
+            launch(x, w, out)
             return out
-        return splitk
+        return run
 
     def pick(self, m: int, n: int, k: int, timer, weights: list[torch.Tensor], device,
              replays: int = 15) -> tuple[Optional[str], Optional[Fn], dict]:
