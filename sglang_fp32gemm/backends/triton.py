@@ -54,13 +54,6 @@ class EpochConfig(TileConfig):
         return self.tiles(MAX_M, n)
 
 
-def _get_kernel():
-    """The @triton.jit kernel (backends/triton_kernels.py), imported on first use."""
-    from sglang_fp32gemm.backends.triton_kernels import epoch_splitk_fp32_kernel
-
-    return epoch_splitk_fp32_kernel
-
-
 class SyncBuffers(Buffers):
     """One stream's epoch flags (the kernel's scratch) and per-(tile, split) epoch counters."""
 
@@ -95,7 +88,7 @@ def launch(
         raise ValueError(why)
     if flags.numel() < cfg.flags(n) or counters.numel() < cfg.flags(n) * cfg.split_k:
         raise ValueError("flag/counter buffers too small: use new_sync_buffers(cfg, n, device)")
-    return launch_once(_get_kernel(), cfg, cfg.grid(m, n), x, w, out, flags, counters)
+    return launch_once(TritonEpochBackend.get_kernel(), cfg, cfg.grid(m, n), x, w, out, flags, counters)
 
 
 class TritonEpochBackend(TritonBackend):
@@ -103,7 +96,7 @@ class TritonEpochBackend(TritonBackend):
 
     name = "triton"
     CONFIG = EpochConfig
-    get_kernel = staticmethod(_get_kernel)
+    KERNEL = "epoch_splitk_fp32_kernel"
 
     def __init__(self) -> None:
         # Every bound kernel's buffers: graphs captured with them may replay

@@ -251,7 +251,7 @@ class StreamBuffers:
 class TritonBackend(Backend):
     """The part of a Triton split-K backend that does not depend on its kernel.
 
-    A subclass sets ``name``, ``CONFIG`` and ``get_kernel``, and implements
+    A subclass sets ``name``, ``CONFIG`` and ``KERNEL``, and implements
     ``plan``, ``buffers``, ``deterministic`` and ``candidates``.
     """
 
@@ -260,10 +260,15 @@ class TritonBackend(Backend):
     #: The kernel's scratch buffer dtype, for the compiled specialization.
     SCRATCH_DTYPE: ClassVar[torch.dtype] = torch.int32
 
-    @staticmethod
-    @abc.abstractmethod
-    def get_kernel() -> Any:
-        """The kernel's ``@triton.jit`` function, built on first use (triton is imported lazily)."""
+    #: The name of its ``@triton.jit`` kernel in triton_kernels.py.
+    KERNEL: ClassVar[str] = ""
+
+    @classmethod
+    def get_kernel(cls) -> Any:
+        """The kernel's ``@triton.jit`` function, imported on first use (triton is imported lazily)."""
+        from sglang_fp32gemm.backends import triton_kernels
+
+        return getattr(triton_kernels, cls.KERNEL)
 
     # -- the interface ---------------------------------------------------------------------------
     def available(self) -> Verdict:
@@ -307,7 +312,7 @@ class TritonBackend(Backend):
             device = torch.device("cuda", torch.cuda.current_device())
         idx = device.index
         kern = BoundKernel(
-            type(self).get_kernel(), device,
+            self.get_kernel(), device,
             # x, w, out, scratch, counters, M, N, K, stride_xm, stride_wn, stride_om
             (torch.bfloat16, torch.bfloat16, torch.float32, self.SCRATCH_DTYPE, torch.int32, 1, n, k, k, k, n),
             cfg.constexprs(k, upcast=not on_cuda), cfg.options(on_cuda), try_fast=on_cuda,

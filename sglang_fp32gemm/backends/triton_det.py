@@ -42,13 +42,6 @@ class SplitKConfig(TileConfig):
         return (n // self.bn) * ((m + self.bm - 1) // self.bm)
 
 
-def _get_kernel():
-    """The @triton.jit kernel (backends/triton_kernels.py), imported on first use."""
-    from sglang_fp32gemm.backends.triton_kernels import splitk_fp32_kernel
-
-    return splitk_fp32_kernel
-
-
 def launch(
     x: torch.Tensor,
     w: torch.Tensor,
@@ -59,7 +52,7 @@ def launch(
 ) -> torch.Tensor:
     """Run the kernel into ``out`` with explicit buffers and the ordinary launch (tests, tuner)."""
     m = x.shape[0]
-    return launch_once(_get_kernel(), cfg, cfg.grid(m, w.shape[0]), x, w, out, partials, counters)
+    return launch_once(TritonSplitKBackend.get_kernel(), cfg, cfg.grid(m, w.shape[0]), x, w, out, partials, counters)
 
 
 class Workspace(Buffers):
@@ -82,7 +75,7 @@ class TritonSplitKBackend(TritonBackend):
     name = "triton-det"
     CONFIG = SplitKConfig
     SCRATCH_DTYPE = torch.float32
-    get_kernel = staticmethod(_get_kernel)
+    KERNEL = "splitk_fp32_kernel"
 
     #: Floor of a new workspace, in floats (4 MiB) and counters: few grow events.
     MIN_WS_FLOATS = 1 << 20
