@@ -71,14 +71,8 @@ def new_sync_buffers(cfg: EpochConfig, n: int, device: torch.device) -> tuple[to
             torch.zeros(slots * cfg.split_k, dtype=torch.int32, device=device))
 
 
-def launch(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    cfg: EpochConfig,
-    out: torch.Tensor,
-    flags: torch.Tensor,
-    counters: torch.Tensor,
-) -> torch.Tensor:
+def launch(x: torch.Tensor, w: torch.Tensor, cfg: EpochConfig, out: torch.Tensor, flags: torch.Tensor,
+           counters: torch.Tensor) -> torch.Tensor:
     """Run the kernel into ``out`` with buffers from ``new_sync_buffers``, reused unchanged by every later launch
     of this config and N, and the ordinary launch (tests, tuner)."""
     m, k = x.shape

@@ -86,10 +86,8 @@ class TileConfig:
     def constexprs(self, k: int, upcast: bool) -> dict[str, Any]:
         """The kernels' ``tl.constexpr`` arguments for this config and K.
 
-        ``K_ITERS`` (K steps per split) is a compile-time constant so that
-        Triton knows every split starts at a multiple of BK; ``UPCAST``
-        makes the CPU interpreter multiply in exact fp32 (it mis-multiplies
-        bf16 dots) and skip the PDL instructions.
+        ``K_ITERS`` is a constant so that Triton knows every split starts at a multiple of BK;
+        ``UPCAST``: the CPU interpreter's exact-fp32 products (it mis-multiplies bf16 dots), no PDL.
         """
         return dict(BM=self.bm, BN=self.bn, BK=self.bk, SPLIT_K=self.split_k,
                     K_ITERS=k // (self.bk * self.split_k), UPCAST=upcast, PDL=self.pdl)
@@ -114,25 +112,13 @@ def kernel_source_tag() -> str:
     return f"{hashlib.sha256(src).hexdigest()[:12]}-triton{tv}"
 
 
-def launch_once(
-    jit_fn: Any,
-    cfg: TileConfig,
-    grid: tuple[int, ...],
-    x: torch.Tensor,
-    w: torch.Tensor,
-    out: torch.Tensor,
-    scratch: torch.Tensor,
-    counters: torch.Tensor,
-) -> torch.Tensor:
+def launch_once(jit_fn: Any, cfg: TileConfig, grid: tuple[int, ...], x: torch.Tensor, w: torch.Tensor,
+                out: torch.Tensor, scratch: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
     """One ordinary ``kernel[grid](...)`` launch into ``out`` with explicit buffers (tests, tuner)."""
     m, k = x.shape
     n = w.shape[0]
-    jit_fn[grid](
-        x, w, out, scratch, counters,
-        m, n, k,
-        x.stride(0), w.stride(0), out.stride(0),
-        **cfg.constexprs(k, upcast=not x.is_cuda), **cfg.options(x.is_cuda),
-    )
+    jit_fn[grid](x, w, out, scratch, counters, m, n, k, x.stride(0), w.stride(0), out.stride(0),
+                 **cfg.constexprs(k, upcast=not x.is_cuda), **cfg.options(x.is_cuda))
     return out
 
 
@@ -145,13 +131,9 @@ def sm_count() -> int:
 
 def split_candidates(iters: int, tiles: int, sms: int, lo: float, hi: float, keep: int,
                      target: float, min_iters: int) -> list[int]:
-    """Split counts for a K loop of ``iters`` steps over ``tiles`` output tiles.
-
-    Only splits dividing ``iters`` with at least ``min_iters`` steps each and
-    ``lo * sms <= tiles * split <= hi * sms`` programs; the ``keep`` whose
-    program count is nearest (in ratio) to ``target * sms``, in increasing
-    order. Counts need not be powers of two (K=7168 = 7 * 1024).
-    """
+    """The ``keep`` split counts of a K loop of ``iters`` steps over ``tiles`` tiles whose program count is
+    nearest ``target * sms`` within ``lo * sms``..``hi * sms``, each split ``min_iters`` steps or more, ascending.
+    Counts need not be powers of two (K=7168 = 7 * 1024)."""
     ok = [s for s in range(1, iters + 1)
           if iters % s == 0 and iters // s >= min_iters and lo * sms <= tiles * s <= hi * sms]
     ok.sort(key=lambda s: abs(math.log(tiles * s / (target * sms))))
@@ -176,13 +158,9 @@ def fits_smem(bm: int, bn: int, bk: int, stages: int) -> bool:
 
 
 def with_pdl(cfgs: list[TileConfig]) -> list[TileConfig]:
-    """``cfgs`` and, where the GPU has programmatic dependent launch (sm90+), their PDL forms.
-
-    Both: the PDL form won alone (23 of 24 pairs, run 10) but cost 0.8-1.2 us
-    per layer in the serial region model (run 10d, docs/benchmarks/README.md),
-    so the tuner keeps the choice. The PDL form holds its first W tile outside
-    the pipeline: none where stages plus that tile pass ``SMEM_BUDGET``.
-    """
+    """``cfgs`` and, on sm90+, their PDL forms: PDL wins alone but not always in a decode chain
+    (docs/backends/triton.md, PDL), so the tuner keeps the choice. A PDL form holds its first W tile
+    outside the pipeline: none where stages plus that tile pass ``SMEM_BUDGET``."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         return cfgs
     return cfgs + [dataclasses.replace(c, pdl=True) for c in cfgs

@@ -42,14 +42,8 @@ class SplitKConfig(TileConfig):
         return (n // self.bn) * ((m + self.bm - 1) // self.bm)
 
 
-def launch(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    cfg: SplitKConfig,
-    out: torch.Tensor,
-    partials: torch.Tensor,
-    counters: torch.Tensor,
-) -> torch.Tensor:
+def launch(x: torch.Tensor, w: torch.Tensor, cfg: SplitKConfig, out: torch.Tensor, partials: torch.Tensor,
+           counters: torch.Tensor) -> torch.Tensor:
     """Run the kernel into ``out`` with explicit buffers and the ordinary launch (tests, tuner)."""
     m = x.shape[0]
     return launch_once(TritonSplitKBackend.get_kernel(), cfg, cfg.grid(m, w.shape[0]), x, w, out, partials, counters)
