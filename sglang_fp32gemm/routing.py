@@ -238,13 +238,8 @@ def traced_call(x: torch.Tensor, w: torch.Tensor, layer: Optional[LayerInfo]) ->
     return torch.ops.sglang_fp32gemm.linear_fp32(x, w, layer.layer_id if layer else -1, layer.kind if layer else "")
 
 
-def linear_bf16_fp32(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    *,
-    layer: Optional[LayerInfo] = None,
-    fallback: Optional[Callable[[], torch.Tensor]] = None,
-) -> torch.Tensor:
+def linear_bf16_fp32(x: torch.Tensor, w: torch.Tensor, *, layer: Optional[LayerInfo] = None,
+                     fallback: Optional[Callable[[], torch.Tensor]] = None) -> torch.Tensor:
     """out[..., N] fp32 = x[..., K] @ w[N, K]^T through the tuned table.
 
     ``fallback`` (no arguments) gives the exact result when no fast kernel

@@ -325,16 +325,8 @@ class TunedTable:
     def __len__(self) -> int:
         return len(self._rows)
 
-    def lookup(
-        self,
-        dev: DeviceKey,
-        m: int,
-        n: int,
-        k: int,
-        dtype: str = "torch.bfloat16",
-        outdtype: str = "torch.float32",
-        bias: bool = False,
-    ) -> Optional[TunedRow]:
+    def lookup(self, dev: DeviceKey, m: int, n: int, k: int, dtype: str = "torch.bfloat16",
+               outdtype: str = "torch.float32", bias: bool = False) -> Optional[TunedRow]:
         if m <= 0:
             return None
         for mm in m_candidates(m):

@@ -90,15 +90,8 @@ class BoundKernel:
     pointers as ints or tensors. ``slow(grid, *args)``: the ordinary launch.
     """
 
-    def __init__(
-        self,
-        jit_fn: Any,
-        device: torch.device,
-        specimen: Sequence[Any],
-        constexprs: dict[str, Any],
-        options: dict[str, Any],
-        try_fast: bool = True,
-    ) -> None:
+    def __init__(self, jit_fn: Any, device: torch.device, specimen: Sequence[Any], constexprs: dict[str, Any],
+                 options: dict[str, Any], try_fast: bool = True) -> None:
         self.jit_fn = jit_fn
         self.device = device
         self.constexprs = dict(constexprs)
