@@ -54,16 +54,6 @@ class EpochConfig(TileConfig):
         return self.tiles(MAX_M, n)
 
 
-class SyncBuffers(Buffers):
-    """One stream's epoch flags (the kernel's scratch) and per-(tile, split) epoch counters."""
-
-    __slots__ = ()
-
-    @property
-    def flags(self) -> torch.Tensor:
-        return self.scratch
-
-
 def new_sync_buffers(cfg: EpochConfig, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Zeroed (flags, counters) for one bound kernel on one stream."""
     slots = cfg.flags(n)
@@ -139,7 +129,7 @@ class TritonEpochBackend(TritonBackend):
     def buffers(self, cfg: EpochConfig, device: torch.device, n: int) -> StreamBuffers:
         # Per bound kernel: the counters carry this tiling's epochs from call to call.
         def allocate(slots: int, n_cnt: int, old: Buffers | None) -> Buffers:
-            return SyncBuffers(*new_sync_buffers(cfg, n, device))
+            return Buffers(*new_sync_buffers(cfg, n, device))
 
         pool = StreamBuffers(device, allocate, "triton epoch flag")
         self._pools.append(pool)

@@ -49,16 +49,6 @@ def launch(x: torch.Tensor, w: torch.Tensor, cfg: SplitKConfig, out: torch.Tenso
     return launch_once(TritonSplitKBackend.get_kernel(), cfg, cfg.grid(m, w.shape[0]), x, w, out, partials, counters)
 
 
-class Workspace(Buffers):
-    """One stream's fp32 partial tiles (the kernel's scratch) and per-tile ticket counters."""
-
-    __slots__ = ()
-
-    @property
-    def partials(self) -> torch.Tensor:
-        return self.scratch
-
-
 def _pow2_at_least(v: int) -> int:
     return 1 << max(0, (v - 1).bit_length())
 
@@ -126,7 +116,7 @@ class TritonSplitKBackend(TritonBackend):
             # Powers of two above a floor, never below the old size: few grow events.
             floats = _pow2_at_least(max(need_floats, self.MIN_WS_FLOATS, old.scratch_len if old else 0))
             cnts = _pow2_at_least(max(need_counters, self.MIN_COUNTERS, old.counters_len if old else 0))
-            return Workspace(torch.empty(floats, dtype=torch.float32, device=device),
-                             torch.zeros(cnts, dtype=torch.int32, device=device))
+            return Buffers(torch.empty(floats, dtype=torch.float32, device=device),
+                           torch.zeros(cnts, dtype=torch.int32, device=device))
 
         return allocate
