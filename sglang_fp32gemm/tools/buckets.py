@@ -1,8 +1,5 @@
-"""Which table row serves a call, as aiter's lookup picks it, and what follows for the tuner.
-
-A row at M serves every M' whose lookup order (``table.m_candidates``: exact
-M, then M rounded up to 16, then the next power of two) reaches M first.
-Pure functions, no torch.
+"""Which table row serves a call, as aiter's lookup picks it (``table.m_candidates``), and what follows
+for the tuner. Pure functions, no torch.
 """
 
 from __future__ import annotations

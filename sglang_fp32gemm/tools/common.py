@@ -1,9 +1,5 @@
-"""What tune, bench and fuzz share: the backends, bound kernels, the route a
-call takes, versions, JSON-lines logs, atomic writes.
-
-Exactness is judged by ``sglang_fp32gemm.exactness``, not here.
-
-Nothing here imports a kernel library at module load.
+"""What tune, bench and fuzz share: the backends, bound kernels, the route a call takes, versions,
+JSON-lines logs, atomic writes (exactness: ``sglang_fp32gemm.exactness``). Imports no kernel library.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Which config each bench column runs, and which kernels to compile first.
-
-A backend's column runs its best kernel for the shape from a tune log (the
-final phase first, else the screen) or a tuned CSV, found the way the table
-lookup finds a row (``buckets.served_by``); otherwise its first candidate
-that takes the shape.
+"""Which config each bench column runs (its best tuned kernel for the shape, found as the table lookup
+finds a row, else its first candidate that takes the shape), and which kernels to compile first.
 """
 
 from __future__ import annotations

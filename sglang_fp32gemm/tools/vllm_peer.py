@@ -1,10 +1,7 @@
-"""vLLM's CuTe-DSL ``ll_bf16`` GEMM as a measurement peer, at its best config from a small sweep.
+"""vLLM's CuTe-DSL ``ll_bf16`` GEMM as a measurement peer (a ``bench`` column, never part of the plugin).
 
-It is importable only where ``../shared/tools/vllm_ll_carry.sh`` unpacked it (with the CUTLASS
-DSL): ``from vllm.model_executor.kernels.linear.cute_dsl.ll_bf16 import LLBf16Gemm``. Its
-defaults are tuned for router shapes (N 256/384), so each shape sweeps a handful of configs
-(dot-product kernel block sizes for M <= 4; split-K x pipeline stages) by isolated time, and
-keeps the fastest whose result is exact. Never part of the plugin: a column in ``bench``.
+Importable only where ``../shared/tools/vllm_ll_carry.sh`` unpacked it. Its defaults are tuned for
+router shapes (N 256/384), so each shape sweeps a few configs by isolated time and keeps the fastest exact one.
 """
 
 from __future__ import annotations
