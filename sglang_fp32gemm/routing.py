@@ -106,11 +106,8 @@ class Router:
 
     def decide(self, x: torch.Tensor, w: torch.Tensor, caller: Optional[Caller] = None,
                captured: Optional[bool] = None) -> Entry:
-        """The entry this call takes (counts nothing).
-
-        ``captured``: decide as for a call under (True) or outside (False)
-        CUDA-graph capture; None: as this call is.
-        """
+        """The entry this call takes, counting nothing; ``captured``: as if under (True) or outside (False)
+        CUDA-graph capture, None: as this call is."""
         if not self.enabled:
             return self._off
         caller = caller or self._no_layer
@@ -127,8 +124,7 @@ class Router:
     def kernel_for(self, x: torch.Tensor, w: torch.Tensor, caller: Optional[Caller] = None) -> Optional[Callable]:
         """The hot path: decide, count, and return the kernel's ``run`` or None (take the fallback).
 
-        ``run(x, w)`` gives the fp32 product, or None if the kernel raised
-        (it is then disabled and the caller takes the fallback).
+        ``run(x, w)`` gives None if the kernel raised (it is then disabled).
         """
         e = self.decide(x, w, caller)
         if e.key is not None and self.telemetry.count(e.key) and e.first_log is not None:
@@ -182,11 +178,8 @@ class Router:
 
 
 def build_router() -> Router:
-    """The process's router from the environment; a bad configuration is kept as ``error``.
-
-    The launcher's flag hook stops a launch on it (one line); a worker logs it
-    once, at its first GEMM call, and serves every call on the fallback.
-    """
+    """The process's router from the environment; a bad configuration is kept as ``error`` (the launcher
+    stops on it, a worker logs it once and serves every call on the fallback)."""
     from sglang_fp32gemm.backends import default_backends, parsers
 
     backends = default_backends()
@@ -240,11 +233,8 @@ def traced_call(x: torch.Tensor, w: torch.Tensor, layer: Optional[LayerInfo]) ->
 
 def linear_bf16_fp32(x: torch.Tensor, w: torch.Tensor, *, layer: Optional[LayerInfo] = None,
                      fallback: Optional[Callable[[], torch.Tensor]] = None) -> torch.Tensor:
-    """out[..., N] fp32 = x[..., K] @ w[N, K]^T through the tuned table.
-
-    ``fallback`` (no arguments) gives the exact result when no fast kernel
-    takes the call; by default ``torch.mm(x, w.t(), out_dtype=fp32)``.
-    """
+    """out[..., N] fp32 = x[..., K] @ w[N, K]^T through the tuned table; ``fallback()`` (default
+    ``torch.mm(x, w.t(), out_dtype=fp32)``) gives the exact result when no fast kernel takes the call."""
     if torch.compiler.is_compiling():
         return traced_call(x, w, layer)
     return get_router().call(x, w, layer, fallback)

@@ -43,12 +43,8 @@ def current_device_getter() -> Callable[[], int]:
 
 
 def launch_convention_ok(compiled_kernel_cls: type) -> tuple[bool, str]:
-    """Whether ``compiled_kernel_cls.__getitem__`` launches the way the fast path does.
-
-    Its nested runner calls ``self.run(gx, gy, gz, stream, self.function,
-    self.packed_metadata, launch_metadata, <enter hook>, <exit hook>, *args)``;
-    the names it uses are checked, not its source text.
-    """
+    """Whether ``compiled_kernel_cls.__getitem__``'s runner launches the way the fast path does (the names
+    it uses are checked, not its source text)."""
     getitem = getattr(compiled_kernel_cls, "__getitem__", None)
     code = getattr(getitem, "__code__", None)
     if code is None:

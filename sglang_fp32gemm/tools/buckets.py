@@ -30,11 +30,8 @@ def grid_buckets(grid: Iterable[int]) -> dict[int, list[int]]:
 
 
 def torch_pins(grid: Iterable[int], fast: Iterable[int]) -> list[int]:
-    """Grid M values without a fast row whose bucket would otherwise round up to a fast row.
-
-    With a torch row at each of them, every fast row serves exactly its
-    nominal bucket (the M values it was checked for).
-    """
+    """Grid M values without a fast row whose bucket would otherwise round up to a fast row: with a torch
+    row at each, every fast row serves exactly the M values it was checked for."""
     grid, fast = sorted(set(grid)), set(fast)
     buckets = grid_buckets(grid)
     pins: set[int] = set()

@@ -61,11 +61,8 @@ class BindCache:
 
 # -- routing -------------------------------------------------------------------
 def route_of(x: torch.Tensor, w: torch.Tensor, captured: bool = False) -> str:
-    """Where the routed call sends (x, w): ``backend:kernelName`` or ``torch``.
-
-    The router's own entry for the call (resolved here, outside graph capture),
-    as an eager call or, with ``captured``, as a CUDA-graph-captured one.
-    """
+    """Where the routed call sends (x, w), resolved here, as an eager or (``captured``) a captured call:
+    ``backend:kernelName`` or ``torch``."""
     from sglang_fp32gemm import routing
 
     route, detail = routing.get_router().describe_call(x, w, captured=captured)
