@@ -89,13 +89,8 @@ class WarpSplitKConfig:
         return cls(int(g["o"]), int(g["t"]), int(g["k"]), int(g["s"]), int(g["b"]), g["pdl"] is not None)
 
     def smem_bytes(self) -> int:
-        """Shared memory of one CTA: the W and x stage rings, the mailbox, the barriers.
-
-        W ring: output_tile x k_tile bf16 per stage, 1 KiB aligned; x ring:
-        token_tile x k_tile bf16 per stage; mailbox: per compute warp, the
-        fp32 partial tile in groups of 32 values padded to 34; then two
-        8-byte mbarriers per stage.
-        """
+        """Shared memory of one CTA: the W and x stage rings (bf16, W 1 KiB aligned), the mailbox (per compute
+        warp, the fp32 partial tile in groups of 32 padded to 34), two 8-byte mbarriers per stage."""
         nbytes = _round_up(self.output_tile * self.k_tile * 2 * self.stages, 1024)
         nbytes = _round_up(nbytes + self.token_tile * self.k_tile * 2 * self.stages, 16)
         groups = self.output_tile * self.token_tile // 32

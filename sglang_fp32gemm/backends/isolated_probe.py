@@ -197,10 +197,7 @@ def probe_in_child(backend_name: str, kernel_name: str, device: DeviceLike, m: i
                    timeout_s: Optional[float] = None, *, resolver: str = DEFAULT_RESOLVER,
                    cache_dir: Optional[str | os.PathLike] = None, use_cache: bool = True) -> exactness.Check:
     """Probe one kernel in a child process on ``device``, or return a trusted cached pass; never raises.
-
-    ``timeout_s`` defaults to the probe-timeout setting; ``resolver`` (``module:function``) builds the
-    backend by name in both processes (only the tests pass another one).
-    """
+    ``resolver`` (``module:function``) builds the backend by name in both processes (tests pass another)."""
     shape = (m, n, k)
     try:
         dev = as_device(device)
