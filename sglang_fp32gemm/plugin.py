@@ -45,14 +45,13 @@ def register() -> None:
     with _register_lock:
         if STATE["registered"]:
             return
+        STATE["errors"] = []
         try:
             HookRegistry, HookType = _hook_registry()
         except Exception as e:
-            STATE["errors"] = []
             _error(f"SGLang's hook registry (sglang.srt.plugins.hook_registry) not importable "
                    f"({type(e).__name__}: {e}); nothing patched")
             return
-        STATE["errors"] = []
         installed: list[str] = []
 
         def hook(target: str, fn: Callable, kind: Any) -> None:

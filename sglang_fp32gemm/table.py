@@ -1,8 +1,6 @@
 """Tuned tables: aiter's CSV schema, validated once, looked up like aiter.
 
-Files: the packaged ``configs/*.csv``, then ``SGLANG_FLYDSL_FP32_GEMM_CONFIG``; a later row replaces
-an earlier one with its key. ``*_deterministic.csv`` files form the deterministic table, the rest
-the fast one (``TunedTables``). The file format is in docs/design.md ("Tuned tables").
+Which files, in which order, into which of the two tables, and the file format: docs/design.md ("Tuned tables").
 """
 
 from __future__ import annotations

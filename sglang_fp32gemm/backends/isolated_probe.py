@@ -1,8 +1,6 @@
-"""A kernel's first probe, run in a child process on the same device.
-
-A GPU fault, a hang or a wrong result in a kernel never run on its hardware must disable that
-kernel, not take SGLang down. How the child is started, watched and ended, and what it costs:
-docs/design.md ("Probe and faults"); passed verdicts are cached by ``verdict_cache.py``.
+"""A kernel's first probe, run in a child process on the same device: a GPU fault, a hang or a wrong result
+in a kernel never run on its hardware disables that kernel, not SGLang. How the child is started, watched
+and ended: docs/design.md ("Probe and faults"); passed verdicts are cached by ``verdict_cache.py``.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def available(b) -> tuple[bool, str]:
 
 
 def split_k_of(cfg) -> int:
-    for attr in ("split_k", "splitK", "splitk"):
+    for attr in ("split_k", "splitK"):  # the Triton and FlyDSL configs
         v = getattr(cfg, attr, None)
         if isinstance(v, int):
             return v
