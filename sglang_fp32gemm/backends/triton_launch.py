@@ -109,8 +109,6 @@ class BoundKernel:
             try:
                 self._bind_compiled(specimen)
             except Exception as e:  # any mismatch of the internal API: use the ordinary launch
-                self.fast = False
-                self.launch = self._no_fast
                 self.reason = f"{type(e).__name__}: {e}"
                 logger.info("%s: ordinary Triton launches (%s)", getattr(jit_fn, "__name__", jit_fn), self.reason)
 
