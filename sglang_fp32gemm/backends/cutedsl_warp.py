@@ -60,14 +60,10 @@ class WarpSplitKConfig:
     pdl: bool = False
 
     def __post_init__(self) -> None:
-        if self.output_tile not in OUTPUT_TILES:
-            raise ValueError(f"output_tile={self.output_tile}: must be one of {OUTPUT_TILES}")
-        if self.token_tile not in TOKEN_TILES:
-            raise ValueError(f"token_tile={self.token_tile}: must be one of {TOKEN_TILES}")
-        if self.k_tile not in K_TILES:
-            raise ValueError(f"k_tile={self.k_tile}: must be one of {K_TILES}")
-        if self.b_loader_warps not in B_LOADER_WARPS:
-            raise ValueError(f"b_loader_warps={self.b_loader_warps}: must be one of {B_LOADER_WARPS}")
+        for field, allowed in (("output_tile", OUTPUT_TILES), ("token_tile", TOKEN_TILES), ("k_tile", K_TILES),
+                               ("b_loader_warps", B_LOADER_WARPS)):
+            if getattr(self, field) not in allowed:
+                raise ValueError(f"{field}={getattr(self, field)}: must be one of {allowed}")
         if not 1 <= self.stages <= MAX_STAGES:
             raise ValueError(f"stages={self.stages}: must be in 1..{MAX_STAGES}")
         if self.smem_bytes() > SMEM_LIMIT:

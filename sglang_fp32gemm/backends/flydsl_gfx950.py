@@ -427,10 +427,8 @@ class FlyDSLBackend(Backend):
         self._lock = threading.Lock()
 
     def available(self) -> Verdict:
-        try:
-            import torch
-        except ImportError as e:  # pragma: no cover
-            return False, f"torch not importable: {e}"
+        import torch
+
         if not getattr(torch.version, "hip", None):
             return False, "torch is not a ROCm build"
         if not torch.cuda.is_available():
