@@ -20,6 +20,7 @@ from typing import Any, Optional, Union
 import torch
 
 from sglang_fp32gemm import exactness
+from sglang_fp32gemm import settings as settings_mod
 from sglang_fp32gemm.backends import probe_child, verdict_cache
 from sglang_fp32gemm.backends.probe_child import DEFAULT_RESOLVER, fail
 
@@ -183,8 +184,6 @@ def run_child(backend_name: str, kernel_name: str, device: torch.device, m: int,
 
 
 def _timeout_setting() -> float:
-    from sglang_fp32gemm import settings as settings_mod
-
     try:
         return settings_mod.get().probe_timeout_s
     except Exception:  # a bad switch stops the plugin elsewhere; the probe keeps its default
@@ -209,8 +208,6 @@ def probe_in_child(backend_name: str, kernel_name: str, device: DeviceLike, m: i
     fields: dict[str, Any] = {}
     if use_cache:
         try:
-            from sglang_fp32gemm import settings as settings_mod
-
             where = cache_dir if cache_dir is not None else settings_mod.probe_cache_dir()
             if verdict_cache.usable(where):
                 fields = verdict_cache.key_fields(backend_name, kernel_name, n, k, tag, dev)
