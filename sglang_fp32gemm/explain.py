@@ -9,9 +9,10 @@ from typing import Optional
 
 import torch
 
+from sglang_fp32gemm import config as config_mod
 from sglang_fp32gemm import routing
 from sglang_fp32gemm import settings as settings_mod
-from sglang_fp32gemm.backends import verdict_cache
+from sglang_fp32gemm.backends import default_backends, parsers, verdict_cache
 from sglang_fp32gemm.errors import ConfigError
 from sglang_fp32gemm.table import DeviceKey, device_key
 
@@ -53,9 +54,6 @@ def _compress(items: list[tuple[int, str]]) -> list[str]:
 
 def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple[int, str]:
     """(exit code, report). Non-zero when a setting is bad."""
-    from sglang_fp32gemm import config as config_mod
-    from sglang_fp32gemm.backends import default_backends, parsers
-
     buf = io.StringIO()
     p = lambda *a: print(*a, file=buf)  # noqa: E731
     backends = default_backends()
