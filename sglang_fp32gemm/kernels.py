@@ -74,8 +74,8 @@ class KernelCache:
             if b.isolated_probe:
                 from sglang_fp32gemm.backends import isolated_probe
 
-                kw = {} if self._probe_timeout_s is None else {"timeout_s": self._probe_timeout_s}
-                r = isolated_probe.probe_in_child(b.name, name, device, probe_m, n, k, **kw)
+                # timeout_s None: the probe-timeout setting.
+                r = isolated_probe.probe_in_child(b.name, name, device, probe_m, n, k, self._probe_timeout_s)
                 if not r.ok:
                     raise _ProbeFailed(r)
             fn = b.bind(cfg, device, n, k)

@@ -300,12 +300,11 @@ class TunedTable:
         self.files = [name for name, _ in rows_by_file]
         self._every_row = [r for _, rows in rows_by_file for r in rows]
         self._rows: dict[tuple, TunedRow] = {}
-        for _name, rows in rows_by_file:
-            for r in rows:
-                prev = self._rows.get(r.key)
-                if prev is not None:
-                    logger.debug("tuned row %s overrides %s", r.source, prev.source)
-                self._rows[r.key] = r
+        for r in self._every_row:
+            prev = self._rows.get(r.key)
+            if prev is not None:
+                logger.debug("tuned row %s overrides %s", r.source, prev.source)
+            self._rows[r.key] = r
 
     @classmethod
     def load(cls, extra_paths: Iterable[str] = (), deterministic: bool = False) -> "TunedTable":
