@@ -1,11 +1,8 @@
 """``python -m sglang_fp32gemm demo``: SGLang's DeepSeek-V4 compressor layers through the plugin.
 
-Builds real ``Compressor`` modules from the installed SGLang at
-DeepSeek-V4-Pro shapes (hidden 7168; HCA N=1024, CSA N=2048, indexer
-N=512, and the fused CSA+indexer N=2560) with random bf16 weights, enables
-the plugin, loads it through SGLang's own ``load_plugins()``, and calls
-``_compute_wkv_gate`` for several M. Each call prints where it went, why,
-its relative error against float64, and (on a GPU) its time.
+Real ``Compressor`` modules of the installed SGLang at V4-Pro shapes (HCA, CSA, indexer, fused), loaded
+through SGLang's ``load_plugins()``; each ``_compute_wkv_gate`` call prints its route, why, its relative
+error against float64 and (on a GPU) its time.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""What "fp32-exact" means here, defined once: the probe, the child probe,
-the tuner, the benchmarks, the fuzz command and the tests all judge a result
-with these functions.
+"""What "fp32-exact" means, defined once for the probes, the tools and the tests.
 
-A result of out[M, N] = x[M, K] @ w[N, K]^T is exact when it is fp32 of the
-right shape, every element is finite, its relative error against the float64
-product of the same (rounded) inputs is at most ``REL_TOL``, and it passes the
-upstream tolerance ``allclose(atol=ATOL, rtol=RTOL)``. Rounding C to bf16
-gives a relative error near 2e-3 and fails both. Inputs are fresh random
-values (never zeros, which hide unwritten outputs), and the output memory is
-poisoned with NaN first, so an element a kernel never writes reads as NaN.
+out = x @ w^T is exact when it is fp32 of the right shape, all finite, within ``REL_TOL`` of the float64
+product of the same inputs and within the upstream ``allclose(atol=ATOL, rtol=RTOL)``; bf16 rounding of C
+fails both. Inputs are fresh random values (never zeros, which hide unwritten outputs) and the output
+memory is poisoned with NaN first.
 """
 
 from __future__ import annotations
@@ -77,11 +72,7 @@ def random_bf16(*shape: int, device: torch.device | str = "cpu",
 
 
 def poison(device: torch.device | str, numel: int) -> None:
-    """Leave a freed NaN block in the caching allocator for the next output of ``numel`` fp32.
-
-    The next allocation of that size reuses it (CUDA/HIP caching allocator),
-    so an element the kernel never writes reads as NaN, not as stale data.
-    """
+    """Leave a freed NaN block in the caching allocator, which the next fp32 output of ``numel`` reuses."""
     t = torch.full((max(int(numel), 1) + 1024,), float("nan"), dtype=torch.float32, device=device)
     del t
 
@@ -105,13 +96,8 @@ class Check:
 def check(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], device: torch.device,
           m: int, n: int, k: int, *, trials: int = 2, seed: Optional[int] = None,
           repeat: int = 0) -> Check:
-    """Run ``fn(x, w)`` on ``trials`` fresh random inputs, output memory poisoned, against float64.
-
-    Any exception, a wrong shape or dtype, a non-finite element, a relative
-    error above ``REL_TOL`` or an element outside atol/rtol fails. With
-    ``repeat`` > 0 the last trial's inputs run that many more times and
-    ``repeatable`` says whether the bits were always the same.
-    """
+    """Run ``fn(x, w)`` on ``trials`` fresh random inputs, output memory poisoned, against float64; any
+    exception or inexact result fails. ``repeat``: run the last inputs that many more times (``repeatable``)."""
     device = torch.device(device)
     shape = (m, n, k)
     seed = secrets.randbits(62) if seed is None else int(seed)

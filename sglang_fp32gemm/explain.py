@@ -9,9 +9,10 @@ from typing import Optional
 
 import torch
 
+from sglang_fp32gemm import config as config_mod
 from sglang_fp32gemm import routing
 from sglang_fp32gemm import settings as settings_mod
-from sglang_fp32gemm.backends import verdict_cache
+from sglang_fp32gemm.backends import default_backends, parsers, verdict_cache
 from sglang_fp32gemm.errors import ConfigError
 from sglang_fp32gemm.table import DeviceKey, device_key
 
@@ -23,26 +24,22 @@ SHAPES = {**{(n, k): f"V4-{name} {what}" for k, name in ((7168, "Pro"), (4096, "
           (1024, 5120): "V4.1-Flash ratio-2 fused wkv_gate (kind v41)"}
 
 
+def _kernel(r) -> Optional[str]:
+    """``backend kernelName`` of an ``Entry`` or a ``Plan``; None for the fallback."""
+    if isinstance(r, routing.Plan):
+        return f"{r.backend.name} {r.backend.kernel_name(r.cfg)}" if r.backend is not None else None
+    return f"{r.route} {r.detail}" if r.run is not None else None
+
+
 def _shape_route(router: routing.Router, dev: Optional[DeviceKey], device: Optional[torch.device],
                  m: int, n: int, k: int) -> str:
-    if device is not None:
-        # This device: the route itself, resolved as a call would resolve it
-        # (bind and probe included).
-        e = router.resolve(device, m, n, k)
-        text = f"{e.route} {e.bound.kernel_name} ({e.reason})" if e.run is not None else f"torch ({e.reason})"
-        if e.eager is not None:  # the row's backend launches slowly outside a CUDA graph
-            a = e.eager
-            text += "; eager calls: " + (f"{a.route} {a.detail} (row {a.row.source})" if a.run is not None
-                                         else f"torch ({a.reason})")
-        return text
-    p = router.plan(dev, m, n, k, check_available=False)
-    if p.backend is None:
-        return f"torch ({p.reason})"
-    text = f"{p.backend.name} {p.backend.kernel_name(p.cfg)} ({p.reason})"
-    if p.eager is not None:
-        a = p.eager
-        text += "; eager calls: " + (f"{a.backend.name} {a.backend.kernel_name(a.cfg)} (row {a.row.source})"
-                                     if a.backend is not None else f"torch ({a.reason})")
+    # On this device, the route itself, resolved as a call would resolve it (bind and probe included).
+    r = router.resolve(device, m, n, k) if device is not None else router.plan(dev, m, n, k, check_available=False)
+    kernel = _kernel(r)
+    text = f"{kernel} ({r.reason})" if kernel else f"torch ({r.reason})"
+    if r.eager is not None:  # the row's backend launches slowly outside a CUDA graph
+        a, kernel = r.eager, _kernel(r.eager)
+        text += "; eager calls: " + (f"{kernel} (row {a.row.source})" if kernel else f"torch ({a.reason})")
     return text
 
 
@@ -57,9 +54,6 @@ def _compress(items: list[tuple[int, str]]) -> list[str]:
 
 def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple[int, str]:
     """(exit code, report). Non-zero when a setting is bad."""
-    from sglang_fp32gemm import config as config_mod
-    from sglang_fp32gemm.backends import default_backends, parsers
-
     buf = io.StringIO()
     p = lambda *a: print(*a, file=buf)  # noqa: E731
     backends = default_backends()

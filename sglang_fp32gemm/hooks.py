@@ -29,20 +29,17 @@ GEMM_WEIGHTS = ("wkv_gate", "wkv", "wgate")
 _BF16 = torch.bfloat16
 
 
-class _Bypass(threading.local):
-    # A class default: reading an unset thread-local through getattr(...,
-    # default) costs an exception per call on the hot path.
-    on = False
-
-
-class _Calling(threading.local):
-    # The Compressor whose compute_kv_score / prelaunch_kv_score is running
-    # on this thread (releases without _compute_wkv_gate).
+class _ThreadState(threading.local):
+    # Class defaults: reading an unset thread-local through getattr(..., default)
+    # costs an exception per call on the hot path.
+    #: A compressor hook decided this call: its inner linear_bf16_fp32 call is not decided again.
+    bypass = False
+    #: The Compressor whose compute_kv_score / prelaunch_kv_score runs on this thread (releases
+    #: without _compute_wkv_gate).
     layer: Any = None
 
 
-_bypass = _Bypass()
-_calling = _Calling()
+_thread = _ThreadState()
 _tgemm_lock = threading.Lock()
 
 
@@ -72,7 +69,7 @@ def caller_of(module: Any, fused: bool, r: routing.Router) -> routing.Caller:
 
 def _calling_caller(w: torch.Tensor, r: routing.Router) -> Optional[routing.Caller]:
     """The compressor whose GEMM-calling method is running here, if ``w`` is one of its GEMM weights."""
-    comp = _calling.layer
+    comp = _thread.layer
     if comp is None or not any(w is getattr(getattr(comp, name, None), "weight", None) for name in GEMM_WEIGHTS):
         return None
     return caller_of(comp, False, r)
@@ -94,9 +91,9 @@ def around_linear(original_fn: Callable, x: torch.Tensor, y: torch.Tensor, *args
     # The hot path: every compressor call of every eager decode step comes
     # through here; keep it to attribute reads, the decision and the launch.
     r = routing.get_router()
-    if _bypass.on or (not r.enabled and r.error is None):
+    if _thread.bypass or (not r.enabled and r.error is None):
         return original_fn(x, y, *args, **kwargs)
-    caller = _calling_caller(y, r) if _calling.layer is not None else None
+    caller = _calling_caller(y, r) if _thread.layer is not None else None
     if torch.compiler.is_compiling():
         if _untraced(r, x, y):
             return original_fn(x, y, *args, **kwargs)
@@ -130,11 +127,11 @@ def around_wkv_gate(original_fn: Callable, self: Any, x: torch.Tensor, *args: An
         # on 0.5.19-0.5.20) rounds kv_score to bf16, and releases before the
         # fused GEMM take no weight=: give the fp32 product.
         return torch_ref.mm_fp32(x, weight)
-    _bypass.on = True  # decided and counted here: its linear_bf16_fp32 call must not be again
+    _thread.bypass = True  # decided and counted here: its linear_bf16_fp32 call must not be again
     try:
         return original_fn(self, x, *args, **kwargs)
     finally:
-        _bypass.on = False
+        _thread.bypass = False
 
 
 # -- methods that call linear_bf16_fp32 themselves: name the calling layer ------------------
@@ -147,12 +144,12 @@ def around_naming(original_fn: Callable, self: Any, x: torch.Tensor, *args: Any,
         return original_fn(self, x, *args, **kwargs)
     if layout is not None and layout.compressor_aiter == "_tgemm":
         _wrap_compressor_tgemm()
-    prev = _calling.layer
-    _calling.layer = self
+    prev = _thread.layer
+    _thread.layer = self
     try:
         return original_fn(self, x, *args, **kwargs)
     finally:
-        _calling.layer = prev
+        _thread.layer = prev
 
 
 def name_v41_layer(result: Any, owner: Any, *args: Any, **kwargs: Any) -> None:

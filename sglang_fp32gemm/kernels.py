@@ -74,8 +74,8 @@ class KernelCache:
             if b.isolated_probe:
                 from sglang_fp32gemm.backends import isolated_probe
 
-                kw = {} if self._probe_timeout_s is None else {"timeout_s": self._probe_timeout_s}
-                r = isolated_probe.probe_in_child(b.name, name, device, probe_m, n, k, **kw)
+                # timeout_s None: the probe-timeout setting.
+                r = isolated_probe.probe_in_child(b.name, name, device, probe_m, n, k, self._probe_timeout_s)
                 if not r.ok:
                     raise _ProbeFailed(r)
             fn = b.bind(cfg, device, n, k)
@@ -115,12 +115,8 @@ class KernelCache:
         return run
 
     def warm(self, bound: Bound, device: torch.device, m: int, n: int, k: int) -> None:
-        """Run ``bound`` once at M on scratch inputs, outside capture (a failure disables it).
-
-        For a kernel whose eager calls go to another kernel (``Backend.eager_ok``
-        False): its first call at this M would otherwise come inside a CUDA-graph
-        capture, where per-M setup (the CuTe-DSL kernel compiles per M) cannot run.
-        """
+        """Run ``bound`` once at M on zeroed inputs, outside capture (a failure disables it): a kernel that
+        is not ``eager_ok`` would otherwise first run at this M inside a capture, where per-M setup cannot."""
         x = torch.zeros((m, k), dtype=torch.bfloat16, device=device)
         w = torch.zeros((n, k), dtype=torch.bfloat16, device=device)
         self.guard(bound)(x, w)

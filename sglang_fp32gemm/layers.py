@@ -1,8 +1,5 @@
-"""The per-layer opt-in file: which compressor layers may use a fast kernel.
-
-The format and kinds are in the README, the grammar and its errors in docs/design.md. Without a
-file every compressor layer opts in, and so do calls with no layer context; with one, only the
-compressor layers it selects do.
+"""The per-layer opt-in file: which compressor layers may use a fast kernel (without a file: every layer
+and calls with no layer). Format: README; grammar and errors: docs/design.md.
 """
 
 from __future__ import annotations

@@ -45,14 +45,13 @@ def register() -> None:
     with _register_lock:
         if STATE["registered"]:
             return
+        STATE["errors"] = []
         try:
             HookRegistry, HookType = _hook_registry()
         except Exception as e:
-            STATE["errors"] = []
             _error(f"SGLang's hook registry (sglang.srt.plugins.hook_registry) not importable "
                    f"({type(e).__name__}: {e}); nothing patched")
             return
-        STATE["errors"] = []
         installed: list[str] = []
 
         def hook(target: str, fn: Callable, kind: Any) -> None:
@@ -122,10 +121,8 @@ def _hook_gemms(hook: Callable, HookType: Any) -> None:
 
 
 def _hook_v41(hook: Callable, HookType: Any) -> None:
-    """DeepSeek-V4.1's ratio-2 compressor, where both it and the model module that names its layer import.
-
-    Without the model module no DeepSeek model can be served: its import error is SGLang's business.
-    """
+    """DeepSeek-V4.1's ratio-2 compressor, where it and the model module that names its layer import
+    (without that module no DeepSeek model is served: its import error is SGLang's business)."""
     from sglang_fp32gemm import hooks
 
     targets = []

@@ -28,15 +28,11 @@ V41_OWNER_INIT = "sglang.srt.models.deepseek_v4.MQALayer.__init__"
 
 @dataclasses.dataclass(frozen=True)
 class ReleaseLayout:
-    """One family of SGLang releases: where the GEMM is, and what rounds on ROCm.
+    """One family of SGLang releases: where the GEMM is, and what rounds to bf16 on ROCm with aiter.
 
-    ``linear_aiter``: SGLang's ``linear_bf16_fp32`` itself returns
-    ``tgemm.mm(x, w, otype=bf16).float()`` when its module's ``_use_aiter`` is
-    set ("all" weights, or "bf16" weights only); None: no aiter branch.
-    ``compressor_aiter``: the compressor's own aiter GEMM: "_tgemm" (the module
-    global ``_tgemm``, called from ``compute_kv_score`` with bf16 output),
-    "tgemm" (``_compute_wkv_gate`` returns ``tgemm.mm(...).float()`` when the
-    module's ``_use_aiter`` is set, bf16 weights); None: none.
+    ``linear_aiter``: ``linear_bf16_fp32`` rounds for "all" weights or "bf16" ones only; None: never.
+    ``compressor_aiter``: "_tgemm" (the module global, called by ``compute_kv_score`` with bf16 output),
+    "tgemm" (``_compute_wkv_gate`` returns ``tgemm.mm(...).float()`` for bf16 weights); None: none.
     """
 
     releases: str
@@ -121,11 +117,8 @@ def sglang_version() -> str:
 
 
 def detect_layout() -> tuple[Optional[ReleaseLayout], list[str]]:
-    """The installed SGLang's release layout, and the reasons for anything not found.
-
-    Matched on the installed code, not the version string (patched images are recognised by their
-    code); a layout outside the table is hooked by the same rules and named "unrecognized".
-    """
+    """The installed SGLang's release layout, matched on its code, not its version string (a layout
+    outside the table is hooked by the same rules as "unrecognized"), and the reasons for anything not found."""
     errors: list[str] = []
     linear_mod = None
     linear_name = None

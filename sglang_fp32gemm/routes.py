@@ -1,15 +1,9 @@
 """The route table: which kernel serves each (device, N, K, M), resolved once.
 
-``plan`` is the decision before binding (table row -> the first backend of the
-row's libtype that parses the kernelName, is available, allows the mode and
-takes the shape). ``entry`` turns a plan into an ``Entry`` (a bound, probed
-kernel, or the fallback and its reason) the first time a shape is seen,
-outside graph capture, and caches it in a list indexed by M.
-
-A row whose backend is not ``eager_ok`` also gets what eager calls take
-instead (``Plan.eager``, ``Entry.eager``): the row of the same (device, N, K)
-nearest M (the smallest M at or above, else the largest below) whose backend
-is ``eager_ok`` and takes this M, bound like any row; none: the fallback.
+``plan`` is the decision before binding, ``Entry`` the bound, probed kernel
+(or the fallback and its reason), kept in a list indexed by M; a row whose
+backend is not ``eager_ok`` also gets what eager calls take instead
+(``Plan.eager``, ``Entry.eager``). The rules: docs/design.md ("Routing").
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
-"""The decision for one call, and the process's router.
+"""The decision for one call (``Router.decide``), and the process's router.
 
-Every call, from either SGLang hook, ``Router.call``, ``describe_call`` or
-``explain``, is decided by ``Router.decide`` in this order:
-
-1. enabled? (off: SGLang's own function, not counted; a bad configuration:
-   the fallback, counted, logged once)
-2. the calling layer selected by the layer file? (``Caller``)
-3. eligible? (``ineligible(x, w)``: the cheap checks a bound kernel relies on)
-4. the route table's entry for (device, N, K, M): a bound, probed kernel, or
-   the fallback and its reason (``routes.py``, resolved once per shape).
-5. only for an entry whose backend's eager launch costs more host time than
-   torch's (``Backend.eager_ok`` False): not under CUDA-graph capture
-   (``capturing``)? then the entry's eager alternative, another row's kernel
-   or the fallback.
-
-The router receives a ``Config``; ``get_router()`` loads the process's
-configuration once. Kernels (``kernels.py``), routes (``routes.py``) and
-counters and log-once (``telemetry.py``) are its parts.
+Every hook, ``Router.call``, ``describe_call`` and ``explain`` decide through
+``Router.decide``: enabled? -> layer selected (``Caller``)? -> ``ineligible(x,
+w)``? -> the route table's entry -> its eager alternative when the call is
+not being captured; docs/design.md ("The path of one call"). The router
+receives a ``Config``; ``get_router()`` loads the process's one once.
 """
 
 from __future__ import annotations
@@ -118,11 +106,8 @@ class Router:
 
     def decide(self, x: torch.Tensor, w: torch.Tensor, caller: Optional[Caller] = None,
                captured: Optional[bool] = None) -> Entry:
-        """The entry this call takes (counts nothing).
-
-        ``captured``: decide as for a call under (True) or outside (False)
-        CUDA-graph capture; None: as this call is.
-        """
+        """The entry this call takes, counting nothing; ``captured``: as if under (True) or outside (False)
+        CUDA-graph capture, None: as this call is."""
         if not self.enabled:
             return self._off
         caller = caller or self._no_layer
@@ -139,8 +124,7 @@ class Router:
     def kernel_for(self, x: torch.Tensor, w: torch.Tensor, caller: Optional[Caller] = None) -> Optional[Callable]:
         """The hot path: decide, count, and return the kernel's ``run`` or None (take the fallback).
 
-        ``run(x, w)`` gives the fp32 product, or None if the kernel raised
-        (it is then disabled and the caller takes the fallback).
+        ``run(x, w)`` gives None if the kernel raised (it is then disabled).
         """
         e = self.decide(x, w, caller)
         if e.key is not None and self.telemetry.count(e.key) and e.first_log is not None:
@@ -194,11 +178,8 @@ class Router:
 
 
 def build_router() -> Router:
-    """The process's router from the environment; a bad configuration is kept as ``error``.
-
-    The launcher's flag hook stops a launch on it (one line); a worker logs it
-    once, at its first GEMM call, and serves every call on the fallback.
-    """
+    """The process's router from the environment; a bad configuration is kept as ``error`` (the launcher
+    stops on it, a worker logs it once and serves every call on the fallback)."""
     from sglang_fp32gemm.backends import default_backends, parsers
 
     backends = default_backends()
@@ -250,18 +231,10 @@ def traced_call(x: torch.Tensor, w: torch.Tensor, layer: Optional[LayerInfo]) ->
     return torch.ops.sglang_fp32gemm.linear_fp32(x, w, layer.layer_id if layer else -1, layer.kind if layer else "")
 
 
-def linear_bf16_fp32(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    *,
-    layer: Optional[LayerInfo] = None,
-    fallback: Optional[Callable[[], torch.Tensor]] = None,
-) -> torch.Tensor:
-    """out[..., N] fp32 = x[..., K] @ w[N, K]^T through the tuned table.
-
-    ``fallback`` (no arguments) gives the exact result when no fast kernel
-    takes the call; by default ``torch.mm(x, w.t(), out_dtype=fp32)``.
-    """
+def linear_bf16_fp32(x: torch.Tensor, w: torch.Tensor, *, layer: Optional[LayerInfo] = None,
+                     fallback: Optional[Callable[[], torch.Tensor]] = None) -> torch.Tensor:
+    """out[..., N] fp32 = x[..., K] @ w[N, K]^T through the tuned table; ``fallback()`` (default
+    ``torch.mm(x, w.t(), out_dtype=fp32)``) gives the exact result when no fast kernel takes the call."""
     if torch.compiler.is_compiling():
         return traced_call(x, w, layer)
     return get_router().call(x, w, layer, fallback)

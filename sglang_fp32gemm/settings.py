@@ -1,9 +1,7 @@
 """Every switch of the plugin, read from the environment once per process (the variables: README).
 
-``plugin.py`` exports the launch flags to these variables, which SGLang's workers inherit. When the
-plugin is disabled, a malformed value of its other variables is read as its default and kept in
-``Settings.problems`` for ``explain`` (a disabled plugin never stops a launch); when enabled, the
-first such problem is raised.
+While the plugin is disabled a malformed value of its other variables reads as its default and is kept in
+``Settings.problems`` for ``explain`` (a disabled plugin never stops a launch); enabled, it is raised.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Tuned tables: aiter's CSV schema, validated once, looked up like aiter.
 
-Files: the packaged ``configs/*.csv``, then ``SGLANG_FLYDSL_FP32_GEMM_CONFIG``; a later row replaces
-an earlier one with its key. ``*_deterministic.csv`` files form the deterministic table, the rest
-the fast one (``TunedTables``). The file format is in docs/design.md ("Tuned tables").
+Which files, in which order, into which of the two tables, and the file format: docs/design.md ("Tuned tables").
 """
 
 from __future__ import annotations
@@ -302,12 +300,11 @@ class TunedTable:
         self.files = [name for name, _ in rows_by_file]
         self._every_row = [r for _, rows in rows_by_file for r in rows]
         self._rows: dict[tuple, TunedRow] = {}
-        for _name, rows in rows_by_file:
-            for r in rows:
-                prev = self._rows.get(r.key)
-                if prev is not None:
-                    logger.debug("tuned row %s overrides %s", r.source, prev.source)
-                self._rows[r.key] = r
+        for r in self._every_row:
+            prev = self._rows.get(r.key)
+            if prev is not None:
+                logger.debug("tuned row %s overrides %s", r.source, prev.source)
+            self._rows[r.key] = r
 
     @classmethod
     def load(cls, extra_paths: Iterable[str] = (), deterministic: bool = False) -> "TunedTable":
@@ -325,16 +322,8 @@ class TunedTable:
     def __len__(self) -> int:
         return len(self._rows)
 
-    def lookup(
-        self,
-        dev: DeviceKey,
-        m: int,
-        n: int,
-        k: int,
-        dtype: str = "torch.bfloat16",
-        outdtype: str = "torch.float32",
-        bias: bool = False,
-    ) -> Optional[TunedRow]:
+    def lookup(self, dev: DeviceKey, m: int, n: int, k: int, dtype: str = "torch.bfloat16",
+               outdtype: str = "torch.float32", bias: bool = False) -> Optional[TunedRow]:
         if m <= 0:
             return None
         for mm in m_candidates(m):

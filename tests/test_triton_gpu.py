@@ -165,9 +165,9 @@ def test_epoch_kernel_50_calls_in_a_row_on_one_stream():
         check_exact(o, xs[i % 5], ws[i % 5])
     sync = fn.buffers.by_stream[s.cuda_stream]
     tiles = cfg.tiles(8, 1024)
-    assert (sync.flags[:tiles] == 50).all(), sync.flags[:tiles]
+    assert (sync.scratch[:tiles] == 50).all(), sync.scratch[:tiles]
     assert (sync.counters[:tiles * cfg.split_k] == 50).all()
-    assert (sync.flags[tiles:] == 0).all() and (sync.counters[tiles * cfg.split_k:] == 0).all()
+    assert (sync.scratch[tiles:] == 0).all() and (sync.counters[tiles * cfg.split_k:] == 0).all()
 
 
 def test_epoch_kernel_under_cuda_graph_replay_20_times():
@@ -181,7 +181,7 @@ def test_epoch_kernel_under_cuda_graph_replay_20_times():
     replay_checked(g, outs, 20, xs, lambda i: (xs[i], ws[i]))
     sync = fn.buffers.by_stream[s.cuda_stream]
     # 1 eager call + 4 captured calls (capture does not run them) x 20 replays
-    assert (sync.flags[:cfg.tiles(5, 1024)] == 1 + 4 * 20).all(), sync.flags
+    assert (sync.scratch[:cfg.tiles(5, 1024)] == 1 + 4 * 20).all(), sync.scratch
 
 
 @pytest.mark.parametrize("which", ["triton-det", "triton"])

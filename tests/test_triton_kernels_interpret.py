@@ -167,7 +167,7 @@ s = fn.buffers.by_stream[0]
 # every call covered tile-row 0; calls with M > 16 covered tile-row 1 too, M > 32 tile-row 2
 n_tiles = 128 // 64
 report["bind_epoch"] = {"runs": res, "fast": fn.launcher.fast, "reason": fn.launcher.reason,
-                        "flags": s.flags[:3 * n_tiles].tolist(),
+                        "flags": s.scratch[:3 * n_tiles].tolist(),
                         "counters": s.counters[:3 * n_tiles * 4].tolist()}
 
 # -- the fast path's argument marshalling, executed through the interpreter ------------------------

@@ -1,10 +1,6 @@
-"""Fast backends, by the CSV ``libtype`` they serve, in the order tried.
+"""Fast backends, by the CSV ``libtype`` they serve, in the order tried (the first that parses a name serves it).
 
-A row's kernelName is served by the first backend of its libtype that
-parses it (and is available, takes the shape and passes its probe); the
-two Triton kernels share libtype ``triton`` and are told apart by name.
-Constructing a backend imports nothing heavy: triton, cutlass, flydsl and
-aiter are imported inside their methods.
+Constructing a backend imports nothing heavy: kernel libraries are imported inside their methods.
 """
 
 from __future__ import annotations

@@ -41,11 +41,12 @@ def aiter_has_fp32c_kernel(package_dir: str) -> Optional[str]:
     return None
 
 
-def _aiter_package_dir() -> Optional[str]:
+def _fixed_kernel_file() -> Optional[str]:
+    """The installed aiter's file naming the fixed fp32-C kernel, or None."""
     spec = importlib.util.find_spec("aiter")
     if spec is None or not spec.submodule_search_locations:
         return None
-    return list(spec.submodule_search_locations)[0]
+    return aiter_has_fp32c_kernel(list(spec.submodule_search_locations)[0])
 
 
 class AiterBackend(Backend):
@@ -68,8 +69,7 @@ class AiterBackend(Backend):
             importlib.import_module("aiter.tuned_gemm")
         except Exception as e:  # ImportError, or aiter's own start-up errors without ROCm tools
             return False, f"aiter not importable: {type(e).__name__}: {e}"
-        pkg = _aiter_package_dir()
-        if pkg is None or aiter_has_fp32c_kernel(pkg) is None:
+        if _fixed_kernel_file() is None:
             # Not fatal for available(): supports() gives the per-call reason,
             # but say it once here too, it is the usual case.
             logger.info("aiter: no %s kernel in the installed aiter; its fp32 FlyDSL output is bf16-rounded",
@@ -101,8 +101,7 @@ class AiterBackend(Backend):
         return False
 
     def source_tag(self, cfg: "FlyDSLConfig") -> str:
-        pkg = _aiter_package_dir()
-        found = aiter_has_fp32c_kernel(pkg) if pkg else None
+        found = _fixed_kernel_file()
         try:
             mtime = os.stat(found).st_mtime_ns if found else 0
         except OSError:
@@ -125,8 +124,7 @@ class AiterBackend(Backend):
             out_dt = None
         if out_dt != "fp32":
             return False, f"aiter's row kernel {name!r} has output {out_dt or '?'}: its C is not fp32"
-        pkg = _aiter_package_dir()
-        if pkg is None or aiter_has_fp32c_kernel(pkg) is None:
+        if _fixed_kernel_file() is None:
             return False, (f"installed aiter lacks the {FIXED_KERNEL_MARK}... kernel (aiter PR #6005): "
                            "its FlyDSL HGEMM rounds C to bf16 before writing fp32")
         return OK

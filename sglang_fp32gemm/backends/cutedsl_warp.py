@@ -1,31 +1,13 @@
 """NVIDIA backend ``cutedsl``: SGLang's CuTe-DSL warp split-K GEMM with fp32 output.
 
-SGLang 0.5.23 ships the kernel as
-``sglang.kernels.ops.gemm.dense_bf16_gemm_warp_splitk`` (its own copy of
-FlashInfer's, extended to an fp32 ``out``); this module only calls it:
-``run_warp_splitk_dense(a=x, b=w.T, out, pdl, tactic)``. The kernel streams W
-with cp.async, four compute warps each hold a K-split of mma.sync partials and
-reduce them through shared memory inside the CTA, one CTA per (16 or 32 output
-rows) x (8/16/32 tokens) over the whole K. No cross-CTA reduction and no
-floating-point atomics: deterministic. M <= 32.
-
-FlashInfer's own copy is not used: its input checks accept only a bf16
-``out`` (SGLang's module says so; that is why SGLang carries a copy), and it
-gates the kernel to sm100.
-
-Configs (``WarpSplitKConfig``, frozen, import-free) name one tactic:
-``cutedsl_warpsplitk_o<OUTPUT_TILE>_t<TOKEN_TILE>_k<K_TILE>_s<STAGES>_b<B_LOADER_WARPS>``,
-with ``_pdl`` appended for a programmatic-dependent-launch variant. They turn
-into SGLang's ``WarpSplitKTactic`` at bind time; ``supports`` repeats the
-tactic's arithmetic rules here so that start-up needs no import, and SGLang's
-``validate_tactic`` has the last word in ``bind``.
-
-SGLang compiles the kernel per exact M (M is part of its compile cache key),
-about 1 s each on first use. A bound fn therefore compiles an M on its first
-eager call at that M; a first call at a new M during CUDA-graph capture raises
-``NotReadyInCapture`` instead (the router falls back for that call and keeps
-the kernel), since the compile allocates and loads a module. SGLang warms every batch size up
-eagerly before capturing it.
+This module only calls SGLang 0.5.23's ``run_warp_splitk_dense(a=x, b=w.T,
+out, pdl, tactic)`` (FlashInfer's copy takes only a bf16 ``out``). Configs
+name one tactic and parse without imports; ``supports`` restates the
+tactic's rules so that start-up imports nothing, and SGLang's
+``validate_tactic`` has the last word in ``bind``. SGLang compiles per exact
+M, so a first call at a new M inside CUDA-graph capture raises
+``NotReadyInCapture``. The kernel, its rules and its host cost:
+docs/backends/cutedsl.md.
 """
 
 from __future__ import annotations
@@ -78,14 +60,10 @@ class WarpSplitKConfig:
     pdl: bool = False
 
     def __post_init__(self) -> None:
-        if self.output_tile not in OUTPUT_TILES:
-            raise ValueError(f"output_tile={self.output_tile}: must be one of {OUTPUT_TILES}")
-        if self.token_tile not in TOKEN_TILES:
-            raise ValueError(f"token_tile={self.token_tile}: must be one of {TOKEN_TILES}")
-        if self.k_tile not in K_TILES:
-            raise ValueError(f"k_tile={self.k_tile}: must be one of {K_TILES}")
-        if self.b_loader_warps not in B_LOADER_WARPS:
-            raise ValueError(f"b_loader_warps={self.b_loader_warps}: must be one of {B_LOADER_WARPS}")
+        for field, allowed in (("output_tile", OUTPUT_TILES), ("token_tile", TOKEN_TILES), ("k_tile", K_TILES),
+                               ("b_loader_warps", B_LOADER_WARPS)):
+            if getattr(self, field) not in allowed:
+                raise ValueError(f"{field}={getattr(self, field)}: must be one of {allowed}")
         if not 1 <= self.stages <= MAX_STAGES:
             raise ValueError(f"stages={self.stages}: must be in 1..{MAX_STAGES}")
         if self.smem_bytes() > SMEM_LIMIT:
@@ -107,13 +85,8 @@ class WarpSplitKConfig:
         return cls(int(g["o"]), int(g["t"]), int(g["k"]), int(g["s"]), int(g["b"]), g["pdl"] is not None)
 
     def smem_bytes(self) -> int:
-        """Shared memory of one CTA: the W and x stage rings, the mailbox, the barriers.
-
-        W ring: output_tile x k_tile bf16 per stage, 1 KiB aligned; x ring:
-        token_tile x k_tile bf16 per stage; mailbox: per compute warp, the
-        fp32 partial tile in groups of 32 values padded to 34; then two
-        8-byte mbarriers per stage.
-        """
+        """Shared memory of one CTA: the W and x stage rings (bf16, W 1 KiB aligned), the mailbox (per compute
+        warp, the fp32 partial tile in groups of 32 padded to 34), two 8-byte mbarriers per stage."""
         nbytes = _round_up(self.output_tile * self.k_tile * 2 * self.stages, 1024)
         nbytes = _round_up(nbytes + self.token_tile * self.k_tile * 2 * self.stages, 16)
         groups = self.output_tile * self.token_tile // 32
@@ -155,10 +128,7 @@ _module_error: str | None = None
 
 
 def sglang_module() -> Any:
-    """SGLang's kernel module, imported once (it imports ``cutlass`` and ``cuda.bindings``).
-
-    Raises ``ImportError`` with the reason when it cannot be imported.
-    """
+    """SGLang's kernel module, imported once (it imports ``cutlass`` and ``cuda.bindings``); ``ImportError`` says why not."""
     global _module, _module_error
     if _module is not None:
         return _module
@@ -223,9 +193,6 @@ class CuteDSLWarpBackend(Backend):
     def supports(self, cfg: WarpSplitKConfig, m: int, n: int, k: int) -> Verdict:
         return cfg.check_shape(m, n, k)
 
-    def kernel_name(self, cfg: WarpSplitKConfig) -> str:
-        return cfg.name
-
     def source_tag(self, cfg: WarpSplitKConfig) -> str:
         from importlib.metadata import PackageNotFoundError, version
 
@@ -271,32 +238,21 @@ class CuteDSLWarpBackend(Backend):
         compiled_ms: set[int] = set()
         capturing = torch.cuda.is_current_stream_capturing
 
-        # Per-call host cost is SGLang's public function: it re-checks the
-        # inputs and the tactic (~15 Python checks), enters a device guard,
-        # looks the compiled kernel up in a functools.cache keyed by nine
-        # values, wraps the stream and converts four tensors with CuTe's
-        # from_dlpack before the launch. Skipping those would mean calling its
-        # private _compile/_from_dlpack; not done, and not measured (the eager
-        # host-time runs planned for the H200 did not take place, see
-        # docs/benchmarks/README.md). Here only the allocation of ``out``, the
-        # ``w.T`` view and, for an x that is not packed or 32-byte aligned, one
-        # copy are added.
+        # The per-call host cost is SGLang's public function (docs/backends/cutedsl.md);
+        # skipping its checks would mean calling its private _compile/_from_dlpack.
         def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
             m = x.shape[0]
             if x.stride(0) != k or x.data_ptr() & 31:
                 # SGLang takes only a packed, 32-byte aligned x (for M = 1 too).
                 x = torch.empty((m, k), dtype=bf16, device=device).copy_(x)
             out = torch.empty((m, n), dtype=f32, device=device)
-            if m not in compiled_ms:
-                if capturing():
-                    raise NotReadyInCapture(
-                        f"cutedsl kernel for M={m} not compiled before CUDA-graph capture; "
-                        "run the routed call once eagerly at this M first"
-                    )
-                run(x, w.t(), out, pdl, tactic)
-                compiled_ms.add(m)
-                return out
+            if m not in compiled_ms and capturing():
+                raise NotReadyInCapture(
+                    f"cutedsl kernel for M={m} not compiled before CUDA-graph capture; "
+                    "run the routed call once eagerly at this M first"
+                )
             run(x, w.t(), out, pdl, tactic)
+            compiled_ms.add(m)
             return out
 
         fn.tactic = tactic  # type: ignore[attr-defined]

@@ -266,9 +266,7 @@ def kernel_source_tag() -> str:
 def tagged_kernel_name(cfg: FlyDSLConfig, n: Optional[int] = None, k: Optional[int] = None) -> str:
     """The compiled kernel symbol for ``cfg`` (and N, K when given): config plus source hash.
 
-    FlyDSL's disk cache may not hash @flyc.kernel bodies; putting the body's
-    hash in the symbol (and in the launcher's closure) means a stale binary
-    built from an older body can never be served under this name.
+    FlyDSL's disk cache may not hash @flyc.kernel bodies: the hash in the name keeps a stale binary out.
     """
     shape = f"_n{n}k{k}" if n is not None and k is not None else ""
     return f"sglfp32_hgemm_bf16_fp32c_{cfg.short}{shape}_{kernel_source_tag()}"
@@ -305,10 +303,9 @@ def find_rocm_link_dir() -> Optional[Path]:
 
 def compile_for_gfx950(cfg: FlyDSLConfig, dump_dir: str | os.PathLike, n: int = 1024,
                        k: int = 7168) -> list[Path]:
-    """Compile ``cfg`` for gfx950 without a GPU; return the dumped ISA file(s).
+    """Compile ``cfg`` for gfx950 without a GPU; the dumped ISA file(s).
 
-    Raises RuntimeError if flydsl or ld.lld is missing, ValueError if the
-    config or shape is not supported.
+    RuntimeError if flydsl or ld.lld is missing, ValueError if the config or shape is not supported.
     """
     reason = kernel_constraints(cfg) or shape_constraints(cfg, 32, n, k)
     if reason:
@@ -430,10 +427,8 @@ class FlyDSLBackend(Backend):
         self._lock = threading.Lock()
 
     def available(self) -> Verdict:
-        try:
-            import torch
-        except ImportError as e:  # pragma: no cover
-            return False, f"torch not importable: {e}"
+        import torch
+
         if not getattr(torch.version, "hip", None):
             return False, "torch is not a ROCm build"
         if not torch.cuda.is_available():

@@ -1,8 +1,6 @@
-"""A kernel's first probe, run in a child process on the same device.
-
-A GPU fault, a hang or a wrong result in a kernel never run on its hardware must disable that
-kernel, not take SGLang down. How the child is started, watched and ended, and what it costs:
-docs/design.md ("Probe and faults"); passed verdicts are cached by ``verdict_cache.py``.
+"""A kernel's first probe, run in a child process on the same device: a GPU fault, a hang or a wrong result
+in a kernel never run on its hardware disables that kernel, not SGLang. How the child is started, watched
+and ended: docs/design.md ("Probe and faults"); passed verdicts are cached by ``verdict_cache.py``.
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from typing import Any, Optional, Union
 import torch
 
 from sglang_fp32gemm import exactness
+from sglang_fp32gemm import settings as settings_mod
 from sglang_fp32gemm.backends import probe_child, verdict_cache
 from sglang_fp32gemm.backends.probe_child import DEFAULT_RESOLVER, fail
 
@@ -185,8 +184,6 @@ def run_child(backend_name: str, kernel_name: str, device: torch.device, m: int,
 
 
 def _timeout_setting() -> float:
-    from sglang_fp32gemm import settings as settings_mod
-
     try:
         return settings_mod.get().probe_timeout_s
     except Exception:  # a bad switch stops the plugin elsewhere; the probe keeps its default
@@ -197,10 +194,7 @@ def probe_in_child(backend_name: str, kernel_name: str, device: DeviceLike, m: i
                    timeout_s: Optional[float] = None, *, resolver: str = DEFAULT_RESOLVER,
                    cache_dir: Optional[str | os.PathLike] = None, use_cache: bool = True) -> exactness.Check:
     """Probe one kernel in a child process on ``device``, or return a trusted cached pass; never raises.
-
-    ``timeout_s`` defaults to the probe-timeout setting; ``resolver`` (``module:function``) builds the
-    backend by name in both processes (only the tests pass another one).
-    """
+    ``resolver`` (``module:function``) builds the backend by name in both processes (tests pass another)."""
     shape = (m, n, k)
     try:
         dev = as_device(device)
@@ -214,8 +208,6 @@ def probe_in_child(backend_name: str, kernel_name: str, device: DeviceLike, m: i
     fields: dict[str, Any] = {}
     if use_cache:
         try:
-            from sglang_fp32gemm import settings as settings_mod
-
             where = cache_dir if cache_dir is not None else settings_mod.probe_cache_dir()
             if verdict_cache.usable(where):
                 fields = verdict_cache.key_fields(backend_name, kernel_name, n, k, tag, dev)

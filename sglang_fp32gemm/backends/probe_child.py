@@ -1,7 +1,5 @@
-"""The child side of the isolated probe: probe one kernel in this process, report the verdict.
-
-The verdict is one JSON object in ``--verdict-file`` (else printed after ``RESULT_MARKER``); the
-child then exits without interpreter teardown. Run by hand::
+"""The child side of the isolated probe: probe one kernel here, write the verdict (one JSON object) to
+``--verdict-file`` (else print it after ``RESULT_MARKER``), exit without interpreter teardown. By hand::
 
     python -m sglang_fp32gemm.backends.probe_child --backend flydsl \\
         --kernel NAME --device cuda:0 --m 8 --n 1024 --k 7168

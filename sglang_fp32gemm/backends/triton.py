@@ -1,46 +1,11 @@
 """NVIDIA backend ``triton``: a one-launch split-K GEMM, fp32 out, reduced with fp32 atomics.
 
-The fastest design measured on the H200 for M <= 32 at N 512 and 1024 and
-most of N 2560 (docs/benchmarks/README.md):
-
-* Swap-AB: W rows are the MMA's M side (``BN`` rows of W per tile, 64 by
-  default), tokens the N side, padded to ``BM`` (16 or 32) and masked past M.
-  ``tl.dot(W_tile, x_tile^T)`` gives a [BN, BM] fp32 tile of out^T.
-* Split-K: program ``pid`` of the 1-D grid takes split ``pid // tiles`` of
-  tile ``pid % tiles``, so every split-0 program has a lower id than every
-  other program. Split 0 zeroes its output tile at its start, then publishes
-  an epoch flag for the tile with ``atomic_xchg(sem="release")``; the other
-  splits run their K loop, then spin with ``atomic_add(flag, 0,
-  sem="acquire")`` until the flag has reached their epoch, then every split
-  adds its fp32 partial into out with ``tl.atomic_add``. Split-0 programs
-  never wait, and are dispatched first, so the launch cannot deadlock even
-  when the grid is larger than what is resident at once.
-* Epochs: each program bumps its own (tile, split) int32 counter with *one*
-  atomic per call (the old value + 1 is its epoch); split 0 publishes its
-  epoch, the others wait for theirs. All splits of a tile are bumped once
-  per call that covers the tile, so they agree. (A load/store pair instead
-  of the single atomic raced between warps and hung a run.) The wait is
-  ``flag - epoch >= 0`` in wrapping int32, equal to ``==`` in correct use and
-  unable to hang if two launches ever shared the buffers.
-* ``split_k == 1``: a plain store, no flags.
-
-No 16-bit rounding: bf16 x bf16 products are exact in fp32 and the dot
-accumulates in fp32. NOT deterministic: the order of the fp32 atomic adds
-depends on scheduling (``deterministic()`` is False; SGLang's deterministic
-mode uses ``triton-det``).
-
-The flag and counter buffers are per (bound kernel, device, stream): the
-counters carry state from call to call, so kernels of different tilings must
-not share them, and two streams must not either. They are sized for
-``MAX_M`` tokens, zeroed once when allocated (outside graph capture; a
-first call on a stream during capture raises ``NotReadyInCapture`` and the
-router falls back), and never freed while the backend lives. Binding,
-launching and the per-stream buffers are ``triton_base``'s.
-
-Under ``TRITON_INTERPRET=1`` the interpreter runs the programs one after the
-other in program-id order: split 0 of every tile runs first, so the flag is
-already published when a later split checks it, and the kernel runs as on a
-GPU minus the concurrency (tests/test_triton_kernels_interpret.py).
+The kernel (swap-AB tiles, split 0 zeroes and publishes an epoch flag, the
+other splits wait for it and add with fp32 atomics) and why it cannot
+deadlock: docs/backends/triton.md. NOT deterministic beyond split-K 1;
+SGLang's deterministic mode uses ``triton-det``. This module holds the
+config, the flag/counter buffers (per bound kernel and stream, sized for
+``MAX_M``) and the search space; binding and launching are ``triton_base``'s.
 """
 
 from __future__ import annotations
@@ -69,11 +34,7 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class EpochConfig(TileConfig):
-    """One configuration of the epoch kernel; ``name`` is its ``kernelName``.
-
-    ``bm``: tokens per tile (the MMA's N side); ``bn``: W rows per tile (the
-    MMA's M side); ``bk``: K step; ``split_k``: K splits.
-    """
+    """One configuration of the epoch kernel: ``bm`` tokens (the MMA's N side) x ``bn`` W rows per tile."""
 
     PREFIX: ClassVar[str] = "triton_epoch_fp32"
 
@@ -93,23 +54,6 @@ class EpochConfig(TileConfig):
         return self.tiles(MAX_M, n)
 
 
-def _get_kernel():
-    """The @triton.jit kernel (backends/triton_kernels.py), imported on first use."""
-    from sglang_fp32gemm.backends.triton_kernels import epoch_splitk_fp32_kernel
-
-    return epoch_splitk_fp32_kernel
-
-
-class SyncBuffers(Buffers):
-    """One stream's epoch flags (the kernel's scratch) and per-(tile, split) epoch counters."""
-
-    __slots__ = ()
-
-    @property
-    def flags(self) -> torch.Tensor:
-        return self.scratch
-
-
 def new_sync_buffers(cfg: EpochConfig, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Zeroed (flags, counters) for one bound kernel on one stream."""
     slots = cfg.flags(n)
@@ -117,19 +61,10 @@ def new_sync_buffers(cfg: EpochConfig, n: int, device: torch.device) -> tuple[to
             torch.zeros(slots * cfg.split_k, dtype=torch.int32, device=device))
 
 
-def launch(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    cfg: EpochConfig,
-    out: torch.Tensor,
-    flags: torch.Tensor,
-    counters: torch.Tensor,
-) -> torch.Tensor:
-    """Run the kernel into ``out`` with explicit buffers and the ordinary launch (tests, tuner).
-
-    ``flags`` and ``counters`` come from ``new_sync_buffers`` and must be
-    reused, unchanged, by every later launch of this config and N with them.
-    """
+def launch(x: torch.Tensor, w: torch.Tensor, cfg: EpochConfig, out: torch.Tensor, flags: torch.Tensor,
+           counters: torch.Tensor) -> torch.Tensor:
+    """Run the kernel into ``out`` with buffers from ``new_sync_buffers``, reused unchanged by every later launch
+    of this config and N, and the ordinary launch (tests, tuner)."""
     m, k = x.shape
     n = w.shape[0]
     ok, why = cfg.check_shape(m, n, k)
@@ -137,7 +72,7 @@ def launch(
         raise ValueError(why)
     if flags.numel() < cfg.flags(n) or counters.numel() < cfg.flags(n) * cfg.split_k:
         raise ValueError("flag/counter buffers too small: use new_sync_buffers(cfg, n, device)")
-    return launch_once(_get_kernel(), cfg, cfg.grid(m, n), x, w, out, flags, counters)
+    return launch_once(TritonEpochBackend.get_kernel(), cfg, cfg.grid(m, n), x, w, out, flags, counters)
 
 
 class TritonEpochBackend(TritonBackend):
@@ -145,7 +80,7 @@ class TritonEpochBackend(TritonBackend):
 
     name = "triton"
     CONFIG = EpochConfig
-    get_kernel = staticmethod(_get_kernel)
+    KERNEL = "epoch_splitk_fp32_kernel"
 
     def __init__(self) -> None:
         # Every bound kernel's buffers: graphs captured with them may replay
@@ -157,14 +92,9 @@ class TritonEpochBackend(TritonBackend):
         return cfg.split_k == 1
 
     def candidates(self, m: int, n: int, k: int) -> list[EpochConfig]:
-        """The tuner's search space for one shape: at most about 25 configs.
+        """The tuner's search space for one shape, at most about 25 configs (docs/backends/triton.md, Tuning).
 
-        4 warps; BM the token bucket (16, 32, else 64). BN 64 (the design
-        point) with BK 64/128/256, the three split counts per BK whose grid
-        is nearest 1.7 waves within 0.8-4 waves (split-K 14-16 at N=1024 and
-        4 at N=2560 won on the H200), 4 and 6 stages (fewer when the K loop
-        is shorter); BN 32 and 128 with BK 128/256, two split counts, 4
-        stages. All within 200 KB of shared memory.
+        Split-K 14-16 at N=1024 and 4 at N=2560 won on the H200.
         """
         if not 1 <= m <= MAX_M:
             return []
@@ -199,7 +129,7 @@ class TritonEpochBackend(TritonBackend):
     def buffers(self, cfg: EpochConfig, device: torch.device, n: int) -> StreamBuffers:
         # Per bound kernel: the counters carry this tiling's epochs from call to call.
         def allocate(slots: int, n_cnt: int, old: Buffers | None) -> Buffers:
-            return SyncBuffers(*new_sync_buffers(cfg, n, device))
+            return Buffers(*new_sync_buffers(cfg, n, device))
 
         pool = StreamBuffers(device, allocate, "triton epoch flag")
         self._pools.append(pool)

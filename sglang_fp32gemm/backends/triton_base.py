@@ -1,26 +1,12 @@
 """What the two Triton backends (``triton`` and ``triton-det``) share.
 
-Each kernel module (``triton.py``: the epoch kernel, ``triton_det.py``: the
-ticket kernel) keeps only its ``@triton.jit`` kernel, its frozen config, its
-buffer layout and its search space; this module has the rest:
-
-* ``TileConfig``: the kernelName grammar ``<PREFIX>_bm<BM>_bn<BN>_bk<BK>
-  _sk<SPLITK>_w<WARPS>_s<STAGES>`` and the shape rules both kernels obey.
-* ``TritonBackend``: availability, parsing, source tag, and ``bind``, which
-  compiles the kernel once (``triton_launch.BoundKernel``) and returns the
-  hot-path closure: the fast C-launcher launch for calls inside the compiled
-  specialization, the ordinary ``kernel[grid](...)`` launch otherwise.
-* ``StreamBuffers``: the two device buffers each kernel takes after ``out``
-  (a scratch buffer and int32 counters), one pair per CUDA stream, since
-  two streams running a kernel at once must not share its counters.
-  Allocated outside graph capture only; a stream met for the first time
-  (or needing larger buffers) inside capture raises ``NotReadyInCapture``
-  and the router falls back for that call. Never freed: graphs captured
-  earlier keep using the buffers they saw.
-
-Both kernels take the same parameters: ``x, w, out, scratch, counters, M, N,
-K, stride_xm, stride_wn, stride_om`` then the constexprs of
-``TileConfig.constexprs``.
+Each kernel module keeps its config, buffer layout and search space; this
+module has the kernelName grammar (``TileConfig``), the search-space helpers,
+``TritonBackend`` (availability, parsing, source tag, ``bind`` with the fast
+C-launcher launch and the ordinary one) and ``StreamBuffers`` (one buffer
+pair per CUDA stream: two streams must not share a kernel's counters).
+Both kernels take ``x, w, out, scratch, counters, M, N, K, stride_xm,
+stride_wn, stride_om`` then ``TileConfig.constexprs``.
 """
 
 from __future__ import annotations
@@ -50,10 +36,8 @@ Plan = tuple[int, int, int, int, int]
 
 @dataclasses.dataclass(frozen=True)
 class TileConfig:
-    """A Triton split-K kernel's configuration; ``name`` is its ``kernelName``.
+    """A Triton split-K kernel's configuration; ``name`` is its kernelName, ``<PREFIX>_bm.._s<STAGES>[_pdl]``.
 
-    The Triton kernels share the grammar ``<PREFIX>_bm<BM>_bn<BN>_bk<BK>
-    _sk<SPLITK>_w<WARPS>_s<STAGES>[_pdl]``; each subclass names its prefix.
     ``pdl``: launched as a programmatic dependent launch (triton_kernels.py).
     """
 
@@ -102,10 +86,8 @@ class TileConfig:
     def constexprs(self, k: int, upcast: bool) -> dict[str, Any]:
         """The kernels' ``tl.constexpr`` arguments for this config and K.
 
-        ``K_ITERS`` (K steps per split) is a compile-time constant so that
-        Triton knows every split starts at a multiple of BK; ``UPCAST``
-        makes the CPU interpreter multiply in exact fp32 (it mis-multiplies
-        bf16 dots) and skip the PDL instructions.
+        ``K_ITERS`` is a constant so that Triton knows every split starts at a multiple of BK;
+        ``UPCAST``: the CPU interpreter's exact-fp32 products (it mis-multiplies bf16 dots), no PDL.
         """
         return dict(BM=self.bm, BN=self.bn, BK=self.bk, SPLIT_K=self.split_k,
                     K_ITERS=k // (self.bk * self.split_k), UPCAST=upcast, PDL=self.pdl)
@@ -130,25 +112,13 @@ def kernel_source_tag() -> str:
     return f"{hashlib.sha256(src).hexdigest()[:12]}-triton{tv}"
 
 
-def launch_once(
-    jit_fn: Any,
-    cfg: TileConfig,
-    grid: tuple[int, ...],
-    x: torch.Tensor,
-    w: torch.Tensor,
-    out: torch.Tensor,
-    scratch: torch.Tensor,
-    counters: torch.Tensor,
-) -> torch.Tensor:
+def launch_once(jit_fn: Any, cfg: TileConfig, grid: tuple[int, ...], x: torch.Tensor, w: torch.Tensor,
+                out: torch.Tensor, scratch: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
     """One ordinary ``kernel[grid](...)`` launch into ``out`` with explicit buffers (tests, tuner)."""
     m, k = x.shape
     n = w.shape[0]
-    jit_fn[grid](
-        x, w, out, scratch, counters,
-        m, n, k,
-        x.stride(0), w.stride(0), out.stride(0),
-        **cfg.constexprs(k, upcast=not x.is_cuda), **cfg.options(x.is_cuda),
-    )
+    jit_fn[grid](x, w, out, scratch, counters, m, n, k, x.stride(0), w.stride(0), out.stride(0),
+                 **cfg.constexprs(k, upcast=not x.is_cuda), **cfg.options(x.is_cuda))
     return out
 
 
@@ -161,13 +131,9 @@ def sm_count() -> int:
 
 def split_candidates(iters: int, tiles: int, sms: int, lo: float, hi: float, keep: int,
                      target: float, min_iters: int) -> list[int]:
-    """Split counts for a K loop of ``iters`` steps over ``tiles`` output tiles.
-
-    Only splits dividing ``iters`` with at least ``min_iters`` steps each and
-    ``lo * sms <= tiles * split <= hi * sms`` programs; the ``keep`` whose
-    program count is nearest (in ratio) to ``target * sms``, in increasing
-    order. Counts need not be powers of two (K=7168 = 7 * 1024).
-    """
+    """The ``keep`` split counts of a K loop of ``iters`` steps over ``tiles`` tiles whose program count is
+    nearest ``target * sms`` within ``lo * sms``..``hi * sms``, each split ``min_iters`` steps or more, ascending.
+    Counts need not be powers of two (K=7168 = 7 * 1024)."""
     ok = [s for s in range(1, iters + 1)
           if iters % s == 0 and iters // s >= min_iters and lo * sms <= tiles * s <= hi * sms]
     ok.sort(key=lambda s: abs(math.log(tiles * s / (target * sms))))
@@ -192,13 +158,9 @@ def fits_smem(bm: int, bn: int, bk: int, stages: int) -> bool:
 
 
 def with_pdl(cfgs: list[TileConfig]) -> list[TileConfig]:
-    """``cfgs`` and, where the GPU has programmatic dependent launch (sm90+), their PDL forms.
-
-    Both: the PDL form won alone (23 of 24 pairs, run 10) but cost 0.8-1.2 us
-    per layer in the serial region model (run 10d, docs/benchmarks/README.md),
-    so the tuner keeps the choice. The PDL form holds its first W tile outside
-    the pipeline: none where stages plus that tile pass ``SMEM_BUDGET``.
-    """
+    """``cfgs`` and, on sm90+, their PDL forms: PDL wins alone but not always in a decode chain
+    (docs/backends/triton.md, PDL), so the tuner keeps the choice. A PDL form holds its first W tile
+    outside the pipeline: none where stages plus that tile pass ``SMEM_BUDGET``."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         return cfgs
     return cfgs + [dataclasses.replace(c, pdl=True) for c in cfgs
@@ -206,10 +168,7 @@ def with_pdl(cfgs: list[TileConfig]) -> list[TileConfig]:
 
 
 class Buffers:
-    """One stream's pair of buffers: the kernel's scratch (flags or partials) and its int32 counters.
-
-    The raw pointers and sizes are read once here, not on every call.
-    """
+    """One stream's scratch (flags or partials) and int32 counters; pointers and sizes read once, not per call."""
 
     __slots__ = ("scratch", "counters", "scratch_ptr", "counters_ptr", "scratch_len", "counters_len")
 
@@ -229,10 +188,8 @@ Allocate = Callable[[int, int, Optional[Buffers]], Buffers]
 class StreamBuffers:
     """A kernel's ``Buffers`` on one device, one pair per raw CUDA stream (key 0 on CPU).
 
-    ``get(stream, scratch, counters)`` returns the stream's pair when it is
-    large enough, else allocates a new one with ``allocate`` (outside graph
-    capture only). A replaced pair is kept in ``retired``: graphs captured
-    with it may still replay.
+    A pair is allocated outside graph capture only; a replaced one is kept in
+    ``retired``: graphs captured with it may still replay.
     """
 
     def __init__(self, device: torch.device, allocate: Allocate, what: str):
@@ -272,10 +229,8 @@ class StreamBuffers:
 class TritonBackend(Backend):
     """The part of a Triton split-K backend that does not depend on its kernel.
 
-    A subclass sets ``name``, ``CONFIG`` (its ``TileConfig`` subclass) and
-    ``get_kernel`` (the builder of its ``@triton.jit`` kernel), and
-    implements ``plan`` (grid and buffer sizes per M), ``buffers`` (where
-    its per-stream buffers live), ``deterministic`` and ``candidates``.
+    A subclass sets ``name``, ``CONFIG`` and ``KERNEL``, and implements
+    ``plan``, ``buffers``, ``deterministic`` and ``candidates``.
     """
 
     libtype = "triton"
@@ -283,10 +238,15 @@ class TritonBackend(Backend):
     #: The kernel's scratch buffer dtype, for the compiled specialization.
     SCRATCH_DTYPE: ClassVar[torch.dtype] = torch.int32
 
-    @staticmethod
-    @abc.abstractmethod
-    def get_kernel() -> Any:
-        """The kernel's ``@triton.jit`` function, built on first use (triton is imported lazily)."""
+    #: The name of its ``@triton.jit`` kernel in triton_kernels.py.
+    KERNEL: ClassVar[str] = ""
+
+    @classmethod
+    def get_kernel(cls) -> Any:
+        """The kernel's ``@triton.jit`` function, imported on first use (triton is imported lazily)."""
+        from sglang_fp32gemm.backends import triton_kernels
+
+        return getattr(triton_kernels, cls.KERNEL)
 
     # -- the interface ---------------------------------------------------------------------------
     def available(self) -> Verdict:
@@ -306,9 +266,6 @@ class TritonBackend(Backend):
     def supports(self, cfg: TileConfig, m: int, n: int, k: int) -> Verdict:
         return cfg.check_shape(m, n, k)
 
-    def kernel_name(self, cfg: TileConfig) -> str:
-        return cfg.name
-
     def source_tag(self, cfg: TileConfig) -> str:
         return kernel_source_tag()
 
@@ -323,12 +280,7 @@ class TritonBackend(Backend):
 
     # -- bind --------------------------------------------------------------------------------------
     def bind(self, cfg: TileConfig, device: torch.device, n: int, k: int) -> KernelFn:
-        """Compile once for (cfg, device, N, K) and return the hot-path ``fn(x, w)``.
-
-        ``fn.launcher`` is the ``BoundKernel`` (``.fast``/``.reason`` say
-        whether the C-launcher path is used); ``fn.buffers`` the
-        ``StreamBuffers`` it launches with.
-        """
+        """Compile once for (cfg, device, N, K) and return the hot-path ``fn(x, w)``."""
         ok, why = cfg.check_shape(1, n, k)
         if not ok:
             raise ValueError(why)
@@ -338,7 +290,7 @@ class TritonBackend(Backend):
             device = torch.device("cuda", torch.cuda.current_device())
         idx = device.index
         kern = BoundKernel(
-            type(self).get_kernel(), device,
+            self.get_kernel(), device,
             # x, w, out, scratch, counters, M, N, K, stride_xm, stride_wn, stride_om
             (torch.bfloat16, torch.bfloat16, torch.float32, self.SCRATCH_DTYPE, torch.int32, 1, n, k, k, k, n),
             cfg.constexprs(k, upcast=not on_cuda), cfg.options(on_cuda), try_fast=on_cuda,

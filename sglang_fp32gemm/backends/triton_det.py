@@ -1,33 +1,12 @@
 """NVIDIA (and portable) backend ``triton-det``: a deterministic one-launch split-K GEMM, fp32 out.
 
-Why this shape of kernel: at M <= 32 the call is bound by reading W, so the
-work is cut along N *and* K to put every SM to streaming. The K-split
-partials are reduced inside the same launch: each program stores its fp32
-partial tile in a workspace, takes a ticket on a per-tile counter, and the
-program that draws the last ticket sums the partials and writes C, then
-resets the counter. No output zero-fill (a second graph node costs
-0.5-0.8 us) and no 16-bit rounding anywhere.
-
-The reduction sums the partials in split order, so the result does not
-depend on which program finished last: the kernel is deterministic in every
-mode and uses no floating-point atomics (the only atomics are the integer
-tile counters). ``triton`` (the epoch kernel) is the faster non-deterministic sibling.
-
-``triton_base.TritonBackend.bind`` compiles the kernel once per (config,
-device, N, K) and returns a closure that launches the compiled kernel through
-``triton_launch.BoundKernel`` (Triton's C launcher, no argument binding or
-cache lookup per call), with the ordinary ``kernel[grid](...)`` launch as the
-fallback when that internal API differs or a call does not match the
-compiled specialization (unaligned pointers, x row stride not a multiple
-of 16).
-
-The workspace and counters are per (device, stream): two streams running
-the same kernel concurrently must not share counters. Kernels of this
-backend on one stream run one after the other, so they share that stream's
-workspace; it is allocated on the first call on a stream and grown (never
-freed: CUDA graphs captured earlier keep using the old one) outside graph
-capture. A call during capture that would need a new or larger workspace
-raises ``NotReadyInCapture`` and the router falls back.
+Each program stores its fp32 partial tile in a workspace and takes a ticket
+on a per-tile counter; the last one sums the partials in split order and
+writes C, so the result is bitwise repeatable and no floating-point atomic
+is used (docs/backends/triton.md). This module holds the config, the
+workspace (per device and stream, shared by the backend's kernels, grown
+outside capture only) and the search space; binding and launching are
+``triton_base``'s.
 """
 
 from __future__ import annotations
@@ -63,34 +42,11 @@ class SplitKConfig(TileConfig):
         return (n // self.bn) * ((m + self.bm - 1) // self.bm)
 
 
-def _get_kernel():
-    """The @triton.jit kernel (backends/triton_kernels.py), imported on first use."""
-    from sglang_fp32gemm.backends.triton_kernels import splitk_fp32_kernel
-
-    return splitk_fp32_kernel
-
-
-def launch(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    cfg: SplitKConfig,
-    out: torch.Tensor,
-    partials: torch.Tensor,
-    counters: torch.Tensor,
-) -> torch.Tensor:
+def launch(x: torch.Tensor, w: torch.Tensor, cfg: SplitKConfig, out: torch.Tensor, partials: torch.Tensor,
+           counters: torch.Tensor) -> torch.Tensor:
     """Run the kernel into ``out`` with explicit buffers and the ordinary launch (tests, tuner)."""
     m = x.shape[0]
-    return launch_once(_get_kernel(), cfg, cfg.grid(m, w.shape[0]), x, w, out, partials, counters)
-
-
-class Workspace(Buffers):
-    """One stream's fp32 partial tiles (the kernel's scratch) and per-tile ticket counters."""
-
-    __slots__ = ()
-
-    @property
-    def partials(self) -> torch.Tensor:
-        return self.scratch
+    return launch_once(TritonSplitKBackend.get_kernel(), cfg, cfg.grid(m, w.shape[0]), x, w, out, partials, counters)
 
 
 def _pow2_at_least(v: int) -> int:
@@ -103,7 +59,7 @@ class TritonSplitKBackend(TritonBackend):
     name = "triton-det"
     CONFIG = SplitKConfig
     SCRATCH_DTYPE = torch.float32
-    get_kernel = staticmethod(_get_kernel)
+    KERNEL = "splitk_fp32_kernel"
 
     #: Floor of a new workspace, in floats (4 MiB) and counters: few grow events.
     MIN_WS_FLOATS = 1 << 20
@@ -124,12 +80,9 @@ class TritonSplitKBackend(TritonBackend):
         return cfg.check_shape(m, n, k)
 
     def candidates(self, m: int, n: int, k: int) -> list[SplitKConfig]:
-        """The tuner's search space for one shape: about 10-30 configs.
+        """The tuner's search space for one shape, about 10-30 configs (docs/backends/triton.md, Tuning).
 
-        Trimmed to what won or came close on the H200 (configs/sm90.csv):
-        4 warps; BM the token bucket (16, 32, else 64); BN 32/64 (16/32 at
-        N <= 512 and M <= 32); BK 64/128/256 (128/256 past M=32); per (BN, BK) the three split counts whose
-        grid is nearest 2.5 waves within 0.8-5 waves, at least 2 K steps each.
+        Trimmed to what won or came close on the H200.
         """
         big = m > 32
         bm = 16 if m <= 16 else 32 if m <= 32 else 64
@@ -163,7 +116,7 @@ class TritonSplitKBackend(TritonBackend):
             # Powers of two above a floor, never below the old size: few grow events.
             floats = _pow2_at_least(max(need_floats, self.MIN_WS_FLOATS, old.scratch_len if old else 0))
             cnts = _pow2_at_least(max(need_counters, self.MIN_COUNTERS, old.counters_len if old else 0))
-            return Workspace(torch.empty(floats, dtype=torch.float32, device=device),
-                             torch.zeros(cnts, dtype=torch.int32, device=device))
+            return Buffers(torch.empty(floats, dtype=torch.float32, device=device),
+                           torch.zeros(cnts, dtype=torch.int32, device=device))
 
         return allocate

@@ -1,40 +1,15 @@
 """Compile a Triton kernel once and launch it with as little host work as possible.
 
-Used by ``triton_base.TritonBackend.bind`` for both Triton backends
-(``triton``: the epoch kernel, ``triton-det``: the ticket kernel).
-
-Why: the ordinary ``kernel[grid](...)`` launch costs about 21 us of host time
-on the H200 machine's CPU (binding the arguments, computing the
-specialization key, a cache lookup, then the launch), as much as the whole
-``torch.mm`` call. For a bound kernel all of that except the launch itself is
-known in advance.
-
-How (``BoundKernel``):
-
-* At bind time, outside graph capture, ``jit_fn.warmup(...)`` compiles one
-  specialization: pointers 16-byte aligned and the integer arguments given as
-  a *specimen* (their divisibility by 16 is part of the specialization). The
-  returned ``CompiledKernel`` is loaded onto the device right away
-  (``CompiledKernel.run`` loads the module on first access).
-* Each launch then calls ``CompiledKernel.run(gx, gy, gz, stream, function,
-  packed_metadata, None, None, None, *args)``, which is what
-  ``CompiledKernel.__getitem__``'s runner and ``JITFunction.run`` call in
-  Triton 3.2 to 3.8 (read in 3.6 and 3.8): the C launcher, with pointers
-  given as plain ints. ``launch_metadata`` and the profiler's launch hooks
-  are passed as ``None``: the fast path does not call
-  ``knobs.runtime.launch_enter_hook``/``launch_exit_hook``.
-* The caller must only take the fast path for calls that match the compiled
-  specialization (aligned pointers, the same divisibility of the integer
-  arguments); ``TritonBackend.bind`` checks the two things that vary per
-  call (the x and w pointers and x's row stride) and otherwise uses ``slow``.
-
-Fallback: if anything about that internal API differs (no ``warmup``, no
-``CompiledKernel`` back, the runner no longer passes ``packed_metadata`` and
-the two launch hooks, an exception while loading), ``fast`` is False,
-``reason`` says why, and the caller uses ``slow``: the ordinary
-``kernel[grid](...)`` launch. The choice is made once, here, at bind time.
-Under ``TRITON_INTERPRET=1`` (CPU tests) and for CPU devices there is no
-compiled kernel and only ``slow`` is used.
+The ordinary ``kernel[grid](...)`` launch costs about 21 us of host time on
+the H200 machine's CPU; ``BoundKernel`` compiles one specialization at bind
+time (``jit_fn.warmup``, 16-byte aligned pointers, integer arguments as a
+specimen) and launches it through ``CompiledKernel.run(gx, gy, gz, stream,
+function, packed_metadata, None, None, None, *args)``, the C launcher that
+Triton 3.2 to 3.8 use (read in 3.6 and 3.8); the profiler's launch hooks are
+not called. The caller takes this path only for calls inside the compiled
+specialization. If the internal API differs, ``fast`` is False, ``reason``
+says why, and the caller uses ``slow``, the ordinary launch; CPU devices and
+``TRITON_INTERPRET=1`` always do. Details: docs/backends/triton.md.
 """
 
 from __future__ import annotations
@@ -68,12 +43,8 @@ def current_device_getter() -> Callable[[], int]:
 
 
 def launch_convention_ok(compiled_kernel_cls: type) -> tuple[bool, str]:
-    """Whether ``compiled_kernel_cls.__getitem__`` launches the way the fast path does.
-
-    Its nested runner calls ``self.run(gx, gy, gz, stream, self.function,
-    self.packed_metadata, launch_metadata, <enter hook>, <exit hook>, *args)``;
-    the names it uses are checked, not its source text.
-    """
+    """Whether ``compiled_kernel_cls.__getitem__``'s runner launches the way the fast path does (the names
+    it uses are checked, not its source text)."""
     getitem = getattr(compiled_kernel_cls, "__getitem__", None)
     code = getattr(getitem, "__code__", None)
     if code is None:
@@ -109,26 +80,14 @@ def triton_version() -> tuple[int, int]:
 
 
 class BoundKernel:
-    """One specialization of a ``@triton.jit`` kernel for one device.
+    """One specialization of a ``@triton.jit`` kernel (run-time parameters first, then constexprs) for one device.
 
-    The kernel's parameters must be its run-time arguments first, then its
-    ``tl.constexpr`` ones (both kernels here are written so); ``constexprs``
-    gives every constexpr by name and is appended in parameter order.
-
-    ``launch(gx, gy, gz, stream, *args)``: the fast path (only when ``fast``);
-    ``args`` are the run-time arguments, pointers as ints or tensors.
-    ``slow(grid, *args)``: the ordinary launch; pointers must be tensors.
+    ``launch(gx, gy, gz, stream, *args)``: the fast path (only when ``fast``),
+    pointers as ints or tensors. ``slow(grid, *args)``: the ordinary launch.
     """
 
-    def __init__(
-        self,
-        jit_fn: Any,
-        device: torch.device,
-        specimen: Sequence[Any],
-        constexprs: dict[str, Any],
-        options: dict[str, Any],
-        try_fast: bool = True,
-    ) -> None:
+    def __init__(self, jit_fn: Any, device: torch.device, specimen: Sequence[Any], constexprs: dict[str, Any],
+                 options: dict[str, Any], try_fast: bool = True) -> None:
         self.jit_fn = jit_fn
         self.device = device
         self.constexprs = dict(constexprs)
@@ -150,8 +109,6 @@ class BoundKernel:
             try:
                 self._bind_compiled(specimen)
             except Exception as e:  # any mismatch of the internal API: use the ordinary launch
-                self.fast = False
-                self.launch = self._no_fast
                 self.reason = f"{type(e).__name__}: {e}"
                 logger.info("%s: ordinary Triton launches (%s)", getattr(jit_fn, "__name__", jit_fn), self.reason)
 

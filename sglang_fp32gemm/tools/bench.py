@@ -1,42 +1,16 @@
 """Benchmark torch, the routed call and every backend alone, in one process.
 
-Per shape, in the same run and the same way (tools/timing.py: CUDA-graph
-replay of many calls rotating over >= 8 weight sets >= 4x the L2, median):
-``torch.mm(out_dtype=fp32)``, the routed call
-(``sglang_fp32gemm.routing.linear_bf16_fp32``: table lookup, backend) and one
-column per available backend, each kernel alone through its bound function
-with that backend's best config for the shape (from ``--tune-log``: the
-tuner's JSON-lines log or a tuned CSV; otherwise the backend's first
-candidate). Every column's result is checked on fresh random inputs against
-float64 (rel. error, allclose atol 1e-2 / rtol 1e-4, output memory poisoned
-with NaN first).
+Per shape, timed the same way (tools/timing.py): ``torch.mm(out_dtype=fp32)``,
+the routed call and one column per available backend at its best config for
+the shape (from ``--tune-log``, else its first candidate); every column's
+result is checked against float64 (``exactness``). Modes (any combination,
+graph alone when none is named, run in the order eager, decode, region,
+deterministic, graph): --graph, --deterministic, --eager, --decode-seq,
+--region; what each measures: docs/benchmarks/README.md.
 
-Modes (any combination; graph alone when none is named; they run in the
-order eager, decode, region, deterministic, graph, in one process so kernels compile
-once):
-  --graph          isolated calls, M 1-32 and 40..128, N 512/1024/2048/2560, K 7168 and 4096
-  --deterministic  the same with SGLANG_FLYDSL_FP32_GEMM_DETERMINISTIC=1 (M 1-32, K 7168 by
-                   default); the routed result must also repeat bit for bit
-  --eager          host wall time per call without graphs (--eager-calls back-to-back calls,
-                   one synchronize, median of --eager-runs), M 1/8/32, N 1024/2560; and the
-                   plugin's fallback path (hooks.around_linear(torch_mm, x, w) at M=200, a shape
-                   without a row) against torch_mm called directly
-  --decode-seq     a 61-layer decode step per CUDA graph (per layer: bf16 linear N=1536 on x,
-                   the fp32 call on x, bf16 linear N=512 on x; every layer its own weights), with
-                   and without the fp32 call: what the call adds per layer; M 1/4/8/32,
-                   N 1024/2560; a "+pdl" variant for each backend whose bind() takes pdl=True
-  --region         a model of SGLang's DeepSeek-V4 decode attention-prepare region (tools/region.py:
-                   main stream wqkv_a/q_b, the kv, compressor and indexer streams, every layer its
-                   own weights, one graph per step), overlapped and serial, --region-m M values: what
-                   the fp32 GEMMs add per layer with none/torch/routed/each backend/vLLM's ll_bf16;
-                   --region-model pro (61 layers, K 7168) and/or flash (43 layers, K 4096)
-
-Writes bench.json/.md/.png, bench_det.*, bench_eager.*, bench_decode.*, bench_region.* under
---out-dir with the versions and the exact command, and prints a compact
-summary last; the files are rewritten after every (N, K), and SIGTERM stops
-the run keeping what is finished. Progress goes to stderr.
-``python -m sglang_fp32gemm.tools.targets DIR`` checks them against the
-targets.
+Writes bench*.json/.md/.png under --out-dir (rewritten after every (N, K);
+SIGTERM keeps what is finished) and prints a compact summary last;
+``python -m sglang_fp32gemm.tools.targets DIR`` checks them against the targets.
 
     python -m sglang_fp32gemm bench --tune-log tune_log.jsonl.gz --out-dir docs/benchmarks/h200
 """
@@ -116,10 +90,6 @@ def _graph_mode(name: str, flag: str, tag: str, json_mode: str, title: str, det:
         deterministic=det, plot=not det, peers_by_k=True)
 
 
-def _decode_layers(bench: Bench, a, n: int, k: int) -> dict:
-    return timing.chain_weights(a.layers, n, k, bench.device)
-
-
 MODES = (  # the run order: eager and decode first, so a cut-short run still has them
     Mode("eager", "eager", "bench_eager", "eager",
          shapes=lambda a: [s for n in a.eager_n for s in
@@ -132,7 +102,7 @@ MODES = (  # the run order: eager and decode first, so a cut-short run still has
          extra=lambda a: {"calls": a.eager_calls, "runs": a.eager_runs}),
     Mode("decode", "decode_seq", "bench_decode", "decode",
          shapes=lambda a: [Shape(m, n, a.seq_k) for n in a.decode_n for m in a.decode_m],
-         prepare=_decode_layers,
+         prepare=lambda bench, a, n, k: timing.chain_weights(a.layers, n, k, bench.device),
          measure=lambda bench, a, s, layers: bench.decode_shape(s.m, s.n, s.k, layers, a.decode_replays),
          line=lambda r: f"M={r['M']} N={r['N']} per layer "
                         + " ".join(f"{c}={v}" for c, v in r["add_per_layer_us"].items()),

@@ -17,7 +17,6 @@ from sglang_fp32gemm.tools import common, timing
 from sglang_fp32gemm.tools.picks import Picks
 
 
-
 def _route(x: torch.Tensor, w: torch.Tensor, captured: bool) -> str:
     """The route of the call as timed (graph-captured or eager), or why it is unknown."""
     try:
@@ -159,10 +158,6 @@ class Bench:
                                "rel_err": {}, "allclose": {}, "kernel": {}, "note": {}}
 
         base = timing.chain_step(x, layers)
-
-        def with_call(fn):
-            return timing.chain_step(x, layers, fn)
-
         variants: dict[str, Callable] = {"torch": self.torch_fn, "routed": self.routed}
         for pdl in (False, True):
             cols, notes = self.columns(m, n, k, pdl=pdl)
@@ -174,7 +169,7 @@ class Bench:
         b0, _ = self.timer.step(base, replays)
         for name, fn in variants.items():
             try:
-                t, outs = self.timer.step(with_call(fn), replays)
+                t, outs = self.timer.step(timing.chain_step(x, layers, fn), replays)
             except Exception as e:
                 rec["note"][name] = f"raised {type(e).__name__}: {str(e)[:200]}"
                 continue

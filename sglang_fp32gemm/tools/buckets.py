@@ -1,8 +1,5 @@
-"""Which table row serves a call, as aiter's lookup picks it, and what follows for the tuner.
-
-A row at M serves every M' whose lookup order (``table.m_candidates``: exact
-M, then M rounded up to 16, then the next power of two) reaches M first.
-Pure functions, no torch.
+"""Which table row serves a call, as aiter's lookup picks it (``table.m_candidates``), and what follows
+for the tuner. Pure functions, no torch.
 """
 
 from __future__ import annotations
@@ -33,11 +30,8 @@ def grid_buckets(grid: Iterable[int]) -> dict[int, list[int]]:
 
 
 def torch_pins(grid: Iterable[int], fast: Iterable[int]) -> list[int]:
-    """Grid M values without a fast row whose bucket would otherwise round up to a fast row.
-
-    With a torch row at each of them, every fast row serves exactly its
-    nominal bucket (the M values it was checked for).
-    """
+    """Grid M values without a fast row whose bucket would otherwise round up to a fast row: with a torch
+    row at each, every fast row serves exactly the M values it was checked for."""
     grid, fast = sorted(set(grid)), set(fast)
     buckets = grid_buckets(grid)
     pins: set[int] = set()

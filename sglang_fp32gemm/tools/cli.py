@@ -1,7 +1,5 @@
-"""Argument parsing shared by the commands: one-line errors, checked numbers.
-
-A bad argument ends the command with exit status 2 and one line on stderr
-(``prog: error: ...``), not argparse's usage block; ``--help`` exits 0.
+"""Argument parsing shared by the commands: a bad argument is exit status 2 and one line on stderr
+(``prog: error: ...``), not argparse's usage block; checked numbers.
 """
 
 from __future__ import annotations

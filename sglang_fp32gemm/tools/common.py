@@ -1,9 +1,5 @@
-"""What tune, bench and fuzz share: the backends, bound kernels, the route a
-call takes, versions, JSON-lines logs, atomic writes.
-
-Exactness is judged by ``sglang_fp32gemm.exactness``, not here.
-
-Nothing here imports a kernel library at module load.
+"""What tune, bench and fuzz share: the backends, bound kernels, the route a call takes, versions,
+JSON-lines logs, atomic writes (exactness: ``sglang_fp32gemm.exactness``). Imports no kernel library.
 """
 
 from __future__ import annotations
@@ -36,7 +32,7 @@ def available(b) -> tuple[bool, str]:
 
 
 def split_k_of(cfg) -> int:
-    for attr in ("split_k", "splitK", "splitk"):
+    for attr in ("split_k", "splitK"):  # the Triton and FlyDSL configs
         v = getattr(cfg, attr, None)
         if isinstance(v, int):
             return v
@@ -65,11 +61,8 @@ class BindCache:
 
 # -- routing -------------------------------------------------------------------
 def route_of(x: torch.Tensor, w: torch.Tensor, captured: bool = False) -> str:
-    """Where the routed call sends (x, w): ``backend:kernelName`` or ``torch``.
-
-    The router's own entry for the call (resolved here, outside graph capture),
-    as an eager call or, with ``captured``, as a CUDA-graph-captured one.
-    """
+    """Where the routed call sends (x, w), resolved here, as an eager or (``captured``) a captured call:
+    ``backend:kernelName`` or ``torch``."""
     from sglang_fp32gemm import routing
 
     route, detail = routing.get_router().describe_call(x, w, captured=captured)

@@ -1,9 +1,5 @@
-"""GPU fuzz: random shapes through the routed call against float64.
-
-Before each call the allocator's free memory is filled with NaN, so an
-output element the kernel never wrote shows as NaN. Each result is judged
-by ``sglang_fp32gemm.exactness`` (rel. error vs float64 <= 1e-5, allclose
-atol 1e-2 / rtol 1e-4, all finite, fp32 of the right shape).
+"""GPU fuzz: random shapes through the routed call, each judged by ``exactness`` against float64
+(output memory poisoned with NaN first, so an element the kernel never wrote shows).
 
     python -m sglang_fp32gemm fuzz --cases 300
 """
@@ -66,18 +62,10 @@ def main(argv: list[str] | None = None) -> int:
                       "rel_err": got.rel_err, "ok": ok})
     routes = dict(collections.Counter(c["route"] for c in cases))
     summary = {"seed": seed, "cases": len(cases), "failures": failures, "routes": routes,
-               "max_rel_err": max(c["rel_err"] for c in cases), "counters": _counters(router)}
+               "max_rel_err": max(c["rel_err"] for c in cases), "counters": {"|".join(key): v for key, v in router.counters().items()}}
     common.write_json(args.out, {"summary": summary, "cases": cases})
     print(json.dumps(summary))
     return 1 if failures else 0
-
-
-def _counters(router) -> dict:
-    try:
-        return {"|".join(map(str, key)) if isinstance(key, tuple) else str(key): v
-                for key, v in router.counters().items()}
-    except Exception as e:  # the router's counter API is not this tool's business
-        return {"error": f"{type(e).__name__}: {e}"}
 
 
 if __name__ == "__main__":

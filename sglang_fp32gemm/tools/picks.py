@@ -1,9 +1,5 @@
-"""Which config each bench column runs, and which kernels to compile first.
-
-A backend's column runs its best kernel for the shape from a tune log (the
-final phase first, else the screen) or a tuned CSV, found the way the table
-lookup finds a row (``buckets.served_by``); otherwise its first candidate
-that takes the shape.
+"""Which config each bench column runs (its best tuned kernel for the shape, found as the table lookup
+finds a row, else its first candidate that takes the shape), and which kernels to compile first.
 """
 
 from __future__ import annotations
@@ -19,9 +15,8 @@ from sglang_fp32gemm.tools.precompile import Job
 class Picks:
     """The best kernel per (backend, tuned M, N, K), from a tune log or tuned CSVs."""
 
-    def __init__(self, best: Optional[dict[tuple[str, int, int, int], str]] = None, sources: tuple = ()):
+    def __init__(self, best: Optional[dict[tuple[str, int, int, int], str]] = None):
         self.best = dict(best or {})
-        self.sources = list(sources)
 
     @classmethod
     def load(cls, paths: list[str], backends: list) -> "Picks":
@@ -48,7 +43,7 @@ class Picks:
                     into[key] = (us, kernel)
             for key in set(final) | set(screen):
                 best[key] = (final.get(key) or screen[key])[1]
-        return cls(best, tuple(paths))
+        return cls(best)
 
     def choose(self, b, m: int, n: int, k: int) -> tuple[Any, Optional[str], str]:
         """(cfg, kernel name, where it came from); cfg None with the reason when none fits."""

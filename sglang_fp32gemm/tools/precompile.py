@@ -1,7 +1,5 @@
-"""Compile kernels in parallel worker processes before anything is timed.
-
-Triton (and the CuTe DSL) keep compiled kernels on disk, so the timing
-process then only loads them. No kernel is timed while workers run.
+"""Compile kernels in parallel worker processes before anything is timed: Triton and the CuTe DSL keep
+compiled kernels on disk, so the timing process then only loads them.
 """
 
 from __future__ import annotations

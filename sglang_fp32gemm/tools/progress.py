@@ -1,8 +1,6 @@
 """Progress of tune and the long bench modes on stderr: shapes done, candidates timed, time left.
 
-A tqdm bar when tqdm imports and stderr is a terminal; otherwise one plain
-line every few seconds or percent (logs, ``timeout``, device calls), so the
-output stays readable when it is not a terminal.
+A tqdm bar on a terminal; otherwise one plain line every few seconds or percent, readable in a log.
 """
 
 from __future__ import annotations

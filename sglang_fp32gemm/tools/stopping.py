@@ -1,8 +1,5 @@
-"""One way for a long tool run to stop early and keep what it finished.
-
-``Budget`` knows the deadline (``--budget-s``) and turns SIGTERM (what
-``timeout`` sends) into the same ``Stop`` exception, so tune and bench stop
-between measurements, write what is finished and say why they stopped.
+"""One way for a long tool run to stop early and keep what it finished: ``Budget`` knows the deadline
+(``--budget-s``) and turns SIGTERM into the same ``Stop``, raised between measurements.
 """
 
 from __future__ import annotations
@@ -17,8 +14,7 @@ from typing import Iterator, Optional
 class Stop(BaseException):
     """The budget is spent or SIGTERM arrived: finish writing, measure nothing more.
 
-    A BaseException, so that the ``except Exception`` around one kernel's
-    check or timing (a failing kernel is data, not an error) lets it through.
+    A BaseException, so that the ``except Exception`` around one kernel's check or timing lets it through.
     """
 
 

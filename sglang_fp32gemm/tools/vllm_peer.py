@@ -1,10 +1,7 @@
-"""vLLM's CuTe-DSL ``ll_bf16`` GEMM as a measurement peer, at its best config from a small sweep.
+"""vLLM's CuTe-DSL ``ll_bf16`` GEMM as a measurement peer (a ``bench`` column, never part of the plugin).
 
-It is importable only where ``../shared/tools/vllm_ll_carry.sh`` unpacked it (with the CUTLASS
-DSL): ``from vllm.model_executor.kernels.linear.cute_dsl.ll_bf16 import LLBf16Gemm``. Its
-defaults are tuned for router shapes (N 256/384), so each shape sweeps a handful of configs
-(dot-product kernel block sizes for M <= 4; split-K x pipeline stages) by isolated time, and
-keeps the fastest whose result is exact. Never part of the plugin: a column in ``bench``.
+Importable only where ``../shared/tools/vllm_ll_carry.sh`` unpacked it. Its defaults are tuned for
+router shapes (N 256/384), so each shape sweeps a few configs by isolated time and keeps the fastest exact one.
 """
 
 from __future__ import annotations
@@ -68,21 +65,18 @@ class VllmLL:
             bs = int(cfg[len("dotprod_bs"):])
             self.g.compile(self.g.CompileKey(backend="dotprod", M=m, K=k, bs=bs))
             kern = _cached(self.g._compiled_cache, (m, k, bs))
+            launch = lambda x, w, out: kern(x, w, out, w.shape[0], _stream())  # noqa: E731
+        else:
+            sk, ns = (int(v) for v in cfg[len("splitk_"):].split("x"))
+            self.g.compile(self.g.CompileKey(backend="splitk", split_k=sk, num_stages=ns))
+            kern = _cached(self.g._splitk_cache, (sk, ns))
+            launch = lambda x, w, out: kern(x, w, out, _stream(), 1.0)  # noqa: E731
 
-            def dot(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-                out = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32, device=x.device)
-                kern(x, w, out, w.shape[0], _stream())
-                return out
-            return dot
-        sk, ns = (int(v) for v in cfg[len("splitk_"):].split("x"))
-        self.g.compile(self.g.CompileKey(backend="splitk", split_k=sk, num_stages=ns))
-        kern = _cached(self.g._splitk_cache, (sk, ns))
-
-        def splitk(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        def run(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
             out = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32, device=x.device)
-            kern(x, w, out, _stream(), 1.0)
+            launch(x, w, out)
             return out
-        return splitk
+        return run
 
     def pick(self, m: int, n: int, k: int, timer, weights: list[torch.Tensor], device,
              replays: int = 15) -> tuple[Optional[str], Optional[Fn], dict]:
