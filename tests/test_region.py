@@ -14,7 +14,7 @@ import json
 import pytest
 import torch
 
-from fakes.fake_backends import FAKE_KERNEL, ExactFake, FakeCfg, make_router
+from fakes.fake_backends import FAKE_KERNEL, ExactFake, FakeCfg, fake_table, make_router
 from sglang_fp32gemm import exactness, routing
 from sglang_fp32gemm.backends import torch_ref
 from sglang_fp32gemm.tools import bench, region
@@ -210,6 +210,19 @@ def test_route_check_fails_when_a_call_is_not_where_the_table_says(tmp_path, fak
             "--out-dir", str(tmp_path)]
     assert bench.main(argv, backends=[], device=torch.device("cpu"), timer=StepTimer()) == 0
     assert json.load(open(tmp_path / "bench_region.json"))["results"][0]["route_check"]["ok"] is False
+
+
+def test_route_check_passes_torch_rows(tmp_path, monkeypatch):
+    """A libtype torch row (the tuner writes one where torch wins) names no kernel: its calls on torch pass."""
+    shapes = [(m, n, k) for m in (1, 2) for n, k in region.fp32_shapes(region.MODELS["tiny"])]
+    table = fake_table(shapes, libtype="torch", kernel="")
+    monkeypatch.setattr(routing, "build_router", lambda: make_router([ExactFake()], table=table))
+    argv = ["--region", "--region-model", "tiny", "--region-m", "1", "--region-schedule", "serial",
+            "--out-dir", str(tmp_path)]
+    assert bench.main(argv, backends=[], device=torch.device("cpu"), timer=StepTimer()) == 0
+    chk = json.load(open(tmp_path / "bench_region.json"))["results"][0]["route_check"]
+    assert chk["ok"] is True and set(chk["table"].values()) == {"torch:row fake.csv:2: libtype torch is served by torch",
+                                                                  "torch:row fake.csv:3: libtype torch is served by torch"}
 
 
 @pytest.mark.parametrize("args, what", [

@@ -102,7 +102,7 @@ def _route_check(ctx: Ctx, x: torch.Tensor, counted: dict) -> dict:
                 continue
             e = router.decide(x, w[s.name], captured=True)
             expected[e.key] += 1
-            named = e.row.kernelName if e.row is not None else None
+            named = (e.row.kernelName or None) if e.row is not None else None  # a torch row names none
             table[str(s.n)] = f"{e.route}:{e.detail}"
             ok = ok and (named is None or (e.run is not None and e.detail == named))
     exp = {f"{r}:{d}": c for (r, d), c in expected.items()}
