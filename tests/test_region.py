@@ -212,6 +212,16 @@ def test_route_check_fails_when_a_call_is_not_where_the_table_says(tmp_path, fak
     assert json.load(open(tmp_path / "bench_region.json"))["results"][0]["route_check"]["ok"] is False
 
 
+def test_schedule_follows_sglangs_multi_stream_limit(monkeypatch):
+    """Overlapped up to bs 64 on Hopper (and off CUDA), up to 128 where SGLang sees Blackwell."""
+    assert [region.schedule_for(m) for m in (1, 64, 65)] == ["overlapped", "overlapped", "serial"]
+    for major, limit in ((9, 64), (10, 128), (12, 128)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (major, 0))
+        assert region.schedule_for(limit, "cuda:0") == "overlapped"
+        assert region.schedule_for(limit + 1, "cuda:0") == "serial"
+        assert region.schedule_for(limit + 1, "cpu") == "serial"
+
+
 def test_route_check_passes_torch_rows(tmp_path, monkeypatch):
     """A libtype torch row (the tuner writes one where torch wins) names no kernel: its calls on torch pass."""
     shapes = [(m, n, k) for m in (1, 2) for n, k in region.fp32_shapes(region.MODELS["tiny"])]

@@ -52,8 +52,8 @@ MAIN, KV, COMPRESSOR, INDEXER, INDEXER_Q, INDEXER_WEIGHTS = (
     "main", "kv", "compressor", "indexer", "indexer_q", "indexer_weights")
 SIDE_STREAMS = (KV, COMPRESSOR, INDEXER, INDEXER_Q, INDEXER_WEIGHTS)
 SCHEDULES = ("overlapped", "serial")
-#: The multi-stream batch-size limit on Hopper (``MQALayer._multi_stream_bs_limit``; 128 on Blackwell).
-MULTI_STREAM_BS_LIMIT_HOPPER = 64
+#: The multi-stream batch-size limits (``MQALayer._multi_stream_bs_limit``): Hopper, Blackwell (sm100 on).
+MULTI_STREAM_BS_LIMIT_HOPPER, MULTI_STREAM_BS_LIMIT_BLACKWELL = 64, 128
 
 GEMM_BF16, GEMM_FP32, POINTWISE = "gemm_bf16", "gemm_fp32", "pointwise"
 WAIT_STREAM, RECORD, WAIT_EVENT = "wait_stream", "record", "wait_event"
@@ -202,9 +202,14 @@ def spec_for(n: int, k: int) -> Optional[ModelSpec]:
     return None
 
 
-def schedule_for(m: int) -> str:
-    """How SGLang runs a captured decode step of batch ``m`` on Hopper (ratio 4/128 layers)."""
-    return "overlapped" if m <= MULTI_STREAM_BS_LIMIT_HOPPER else "serial"
+def schedule_for(m: int, device=None) -> str:
+    """How SGLang runs a captured decode step of batch ``m`` (ratio 4/128 layers) on ``device``."""
+    limit = MULTI_STREAM_BS_LIMIT_HOPPER
+    # SGLang's is_blackwell_supported(): compute capability major 10, 11 or 12.
+    if device is not None and torch.device(device).type == "cuda" and \
+            torch.cuda.get_device_capability(device)[0] in (10, 11, 12):
+        limit = MULTI_STREAM_BS_LIMIT_BLACKWELL
+    return "overlapped" if m <= limit else "serial"
 
 
 def make_weights(spec: ModelSpec, device, seed: int = 0) -> list[dict[str, torch.Tensor]]:

@@ -169,7 +169,7 @@ class Tuner:
         if spec.name not in self._regions:
             self._regions[spec.name] = (region.make_weights(spec, self.device), region.Streams(self.device))
         weights, streams = self._regions[spec.name]
-        schedule = region.schedule_for(m)
+        schedule = region.schedule_for(m, self.device)
         plans = region.plan(spec, schedule)
         holes = {nn: torch.zeros(m, nn, device=self.device) for nn, _ in region.fp32_shapes(spec)}
         kept: list = []
