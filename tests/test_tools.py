@@ -294,92 +294,79 @@ def test_tuner_picks_the_fastest_exact_kernel_valid_for_its_whole_bucket(tmp_pat
     assert "UNAVAILABLE: no such library here" in out and "wrote 24 rows" in out
 
 
+class CostedFakes:
+    """For the ranks that time a step: a backend whose every call adds its config's cost to the step it
+    runs in (alone plain_a is fastest, in a step plain_b adds least), torch adding 8, and a timer whose
+    step takes 1000 + what its calls added (+ 50 on the step numbers in ``slow_steps``)."""
+
+    COST = {"plain_a": 9.0, "plain_b": 3.0, "plain_c": 7.0}
+
+    def __init__(self, only_w: tuple = (), slow_steps: tuple = ()):
+        self.added: list[float] = []
+        self.steps: list[int] = []  # the fp32 outputs of each timed step
+        fakes = self
+
+        class Backend(FakeBackend):
+            def bind(self, cfg, device, n, k):
+                fn = super().bind(cfg, device, n, k)
+
+                def run(x, w):
+                    assert not only_w or tuple(w.shape) == only_w  # only the shape under test runs
+                    fakes.added.append(fakes.COST[cfg.name])
+                    return fn(x, w)
+
+                run.fake_us = fn.fake_us
+                return run
+
+        class Timer(FakeTimer):
+            def step(self, step, replays=20):
+                fakes.added.clear()
+                outs = step()
+                fakes.steps.append(len(outs))
+                return 1000.0 + sum(fakes.added) + (50.0 if len(fakes.steps) in slow_steps else 0.0), outs
+
+        self.backend = Backend("fast", "triton", {"plain_a": 4.0, "plain_b": 5.0, "plain_c": 6.0})
+        self.timer = Timer(10.0)
+
+    def torch_fn(self, x, w):
+        self.added.append(8.0)
+        return x.float() @ w.float().t()
+
+
 @pytest.mark.parametrize("rank,winner,us,torch_us", [("isolated", "plain_a", 4.0, 10.0), ("chain", "plain_b", 3.0, 8.0)])
 def test_rank_chain_orders_the_finalists_by_what_they_add_to_the_serial_chain(tmp_path, rank, winner, us, torch_us):
     """Alone plain_a wins; in the chain (every layer: bf16 GEMM, the call, bf16 GEMM) plain_b adds least."""
-    added: list[float] = []  # what each call adds to the step it runs in (the fake step time)
-    chain_cost = {"plain_a": 9.0, "plain_b": 3.0, "plain_c": 7.0}
-
-    class ChainBackend(FakeBackend):
-        def bind(self, cfg, device, n, k):
-            fn = super().bind(cfg, device, n, k)
-
-            def run(x, w):
-                added.append(chain_cost[cfg.name])
-                return fn(x, w)
-
-            run.fake_us = fn.fake_us
-            return run
-
-    class ChainTimer(FakeTimer):
-        def step(self, step, replays=20):
-            added.clear()
-            outs = step()
-            return 1000.0 + sum(added), outs
-
-    def torch_fn(x, w):
-        added.append(8.0)
-        return x.float() @ w.float().t()
-
-    be = ChainBackend("fast", "triton", {"plain_a": 4.0, "plain_b": 5.0, "plain_c": 6.0})
+    f = CostedFakes()
     log = common.JsonLog(str(tmp_path / "log.jsonl"))
-    t = tuner.Tuner([be], torch.device("cpu"), ChainTimer(10.0), log, top=3, rank=rank, torch_fn=torch_fn)
-    r = t.shape(8, 32, 64, [8], tuner.gather_candidates([be], 8, 32, 64, [8], {}, log))
+    t = tuner.Tuner([f.backend], torch.device("cpu"), f.timer, log, top=3, rank=rank, torch_fn=f.torch_fn)
+    r = t.shape(8, 32, 64, [8], tuner.gather_candidates([f.backend], 8, 32, 64, [8], {}, log))
     assert (r.fast.kernel, r.fast.us, r.torch_us) == (winner, us, torch_us)
     chain = {x["kernel"]: (x["us"], x["isolated_us"]) for x in log_lines(tmp_path / "log.jsonl")
              if x.get("phase") == "chain" and "kernel" in x}
     assert chain == ({} if rank == "isolated" else {"plain_a": (9.0, 4.0), "plain_b": (3.0, 5.0), "plain_c": (7.0, 6.0)})
     with pytest.raises(ValueError, match="one of isolated, chain, region"):
-        tuner.Tuner([be], torch.device("cpu"), ChainTimer(), log, rank="fastest")
+        tuner.Tuner([f.backend], torch.device("cpu"), f.timer, log, rank="fastest")
 
 
 @pytest.mark.parametrize("m,schedule", [(8, "overlapped"), (96, "serial")])
 def test_rank_region_times_the_finalists_in_the_region_model_of_the_shape(tmp_path, monkeypatch, m, schedule):
     """The tiny model's N=128 GEMM (its one ratio-4 compressor): each finalist alone in that slot, the
-    other fp32 GEMM (N=64) left out; the step's fake time is what the calls add, and one round's
-    outlier does not decide."""
+    other fp32 GEMM (N=64) left out; one slow round (plain_b's first, the 4th step of 15) does not decide."""
     tiny = region.MODELS["tiny"]
     monkeypatch.setattr(region, "spec_for", lambda n, k: tiny if (n, k) == (128, 64) else None)
-    cost = {"plain_a": 9.0, "plain_b": 3.0, "plain_c": 7.0}
-    added: list[float] = []
-    steps: list[int] = []
-
-    class RegionBackend(FakeBackend):
-        def bind(self, cfg, device, n, k):
-            fn = super().bind(cfg, device, n, k)
-
-            def run(x, w):
-                assert w.shape == (128, 64)  # only the shape under test runs
-                added.append(cost[cfg.name])
-                return fn(x, w)
-
-            run.fake_us = fn.fake_us
-            return run
-
-    class RegionTimer(FakeTimer):
-        def step(self, step, replays=20):
-            added.clear()
-            outs = step()
-            steps.append(len(outs))
-            slow = 50.0 if len(steps) == 4 else 0.0  # one slow graph (plain_b's first) among fifteen
-            return 1000.0 + sum(added) + slow, outs
-
-    def torch_fn(x, w):
-        added.append(8.0)
-        return x.float() @ w.float().t()
-
-    be = RegionBackend("fast", "triton", {"plain_a": 4.0, "plain_b": 5.0, "plain_c": 6.0})
+    f = CostedFakes(only_w=(128, 64), slow_steps=(4,))
     log = common.JsonLog(str(tmp_path / "log.jsonl"))
-    t = tuner.Tuner([be], torch.device("cpu"), RegionTimer(10.0), log, top=3, rank="region", torch_fn=torch_fn)
-    r = t.shape(m, 128, 64, [m], tuner.gather_candidates([be], m, 128, 64, [m], {}, log))
+    t = tuner.Tuner([f.backend], torch.device("cpu"), f.timer, log, top=3, rank="region", torch_fn=f.torch_fn)
+    r = t.shape(m, 128, 64, [m], tuner.gather_candidates([f.backend], m, 128, 64, [m], {}, log))
     assert (r.fast.kernel, r.fast.us, r.torch_us) == ("plain_b", 3.0, 8.0)
-    assert steps[-15:] == [0, 1, 1, 1, 1] * 3  # 3 rounds of: none, torch, the 3 finalists; 1 call each
+    assert f.steps == [0, 1, 1, 1, 1] * 3  # 3 rounds of: none, torch, the 3 finalists; 1 call each
     lines = log_lines(tmp_path / "log.jsonl")
     ranked = {x["kernel"]: (x["us"], x["setting"]) for x in lines if x.get("phase") == "region" and "kernel" in x}
-    assert ranked == {c: (us, f"region:tiny:{schedule}") for c, us in cost.items()}
+    assert ranked == {c: (us, f"region:tiny:{schedule}") for c, us in CostedFakes.COST.items()}
     # no model has the shape: the chain ranks it
-    r = t.shape(m, 32, 64, [m], tuner.gather_candidates([be], m, 32, 64, [m], {}, log))
-    assert [x["setting"] for x in log_lines(tmp_path / "log.jsonl") if x.get("event") == "torch" and "setting" in x][-1] == "chain"
+    t.shape(m, 32, 64, [m], tuner.gather_candidates([f.backend], m, 32, 64, [m], {}, log))
+    torch_lines = [x for x in log_lines(tmp_path / "log.jsonl") if x.get("event") == "torch" and "setting" in x]
+    assert torch_lines[-1]["setting"] == "chain"
 
 
 def test_tuner_writes_a_torch_row_where_torch_wins(tmp_path):
