@@ -23,6 +23,8 @@ class Config:
     det_table: Optional[TunedTable]
     #: The layer file's selection (every layer without a file); None when disabled.
     selection: Optional[layers_mod.LayerSelection]
+    #: The eager table (``*_eager.csv``): what fast-mode calls outside graph capture take where it has a row.
+    eager_table: Optional[TunedTable] = None
 
     @property
     def enabled(self) -> bool:
@@ -43,4 +45,4 @@ def load(env: Optional[Mapping[str, str]] = None,
             validate_kernel_names(tables.rows(), parsers)
     except ConfigError as e:
         raise ConfigError(one_line(e)) from None
-    return Config(s, tables.fast, tables.deterministic, selection)
+    return Config(s, tables.fast, tables.deterministic, selection, tables.eager)

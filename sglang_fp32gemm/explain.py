@@ -37,7 +37,7 @@ def _shape_route(router: routing.Router, dev: Optional[DeviceKey], device: Optio
     r = router.resolve(device, m, n, k) if device is not None else router.plan(dev, m, n, k, check_available=False)
     kernel = _kernel(r)
     text = f"{kernel} ({r.reason})" if kernel else f"torch ({r.reason})"
-    if r.eager is not None:  # the row's backend launches slowly outside a CUDA graph
+    if r.eager is not None:  # the eager table's row, or the row's backend launches slowly outside a graph
         a, kernel = r.eager, _kernel(r.eager)
         text += "; eager calls: " + (f"{kernel} (row {a.row.source})" if kernel else f"torch ({a.reason})")
     return text
@@ -70,8 +70,8 @@ def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple
         # Load as if enabled, so a user sees what enabling would do.
         env = dict(os.environ, **{settings_mod.ENABLE_VAR: "1"})
         cfg = config_mod.load(env, parsers=parsers(backends))
-        p(f"tables: {', '.join(cfg.table.files + cfg.det_table.files)} "
-          f"({len(cfg.table)} rows, {len(cfg.det_table)} deterministic)")
+        p(f"tables: {', '.join(cfg.table.files + cfg.det_table.files + cfg.eager_table.files)} "
+          f"({len(cfg.table)} rows, {len(cfg.det_table)} deterministic, {len(cfg.eager_table)} eager)")
         p(f"layers: {cfg.selection.describe()}")
         # Where the child-process probes (gfx950 kernels) keep their passes.
         p(f"probe verdicts: {verdict_cache.describe_dir(settings_mod.probe_cache_dir())}")

@@ -1,9 +1,10 @@
 """The route table: which kernel serves each (device, N, K, M), resolved once.
 
 ``plan`` is the decision before binding, ``Entry`` the bound, probed kernel
-(or the fallback and its reason), kept in a list indexed by M; a row whose
-backend is not ``eager_ok`` also gets what eager calls take instead
-(``Plan.eager``, ``Entry.eager``). The rules: docs/design.md ("Routing").
+(or the fallback and its reason), kept in a list indexed by M; a row the
+eager table overrides, or whose backend is not ``eager_ok``, also gets what
+eager calls take instead (``Plan.eager``, ``Entry.eager``). The rules:
+docs/design.md ("Routing").
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ class Entry:
         self.key: Optional[Key] = (self.route, self.detail) if counted else None
         #: (level, message) logged once, at the first counted call.
         self.first_log = first_log
-        #: What calls outside graph capture take instead (the row's backend is
-        #: not eager_ok); None: they take this entry.
+        #: What calls outside graph capture take instead (the eager table's row,
+        #: or the row's backend is not eager_ok); None: they take this entry.
         self.eager = eager
 
     @property
@@ -62,7 +63,7 @@ class Plan:
     cfg: Any
     row: Optional[TunedRow]
     reason: str
-    #: The plan eager calls take instead, when ``backend`` is not eager_ok.
+    #: The plan eager calls take instead: the eager table's, or another row's when ``backend`` is not eager_ok.
     eager: Optional["Plan"] = None
 
 
@@ -129,7 +130,7 @@ class RouteTable:
     def _bind(self, p: Plan, device: torch.device, m: int, n: int, k: int,
               eager: Optional[Entry] = None) -> Entry:
         if p.backend is None:
-            return Entry(None, None, p.reason, p.row)
+            return Entry(None, None, p.reason, p.row, eager=eager)
         bound = self.kernels.get(p.backend, p.cfg, device, n, k, p.row.M)
         if bound.fn is not None and eager is not None:
             # Eager calls of this M go elsewhere, so the first call of this
@@ -177,9 +178,23 @@ class RouteTable:
         if row is None:
             return Plan(None, None, None, f"no tuned row for {dev} N={n} K={k} at this M")
         p = self._plan_row(row, m, n, k, check_available)
-        if p.backend is not None and not p.backend.eager_ok:
-            p = dataclasses.replace(p, eager=self._eager_plan(dev, p, m, n, k, check_available))
-        return p
+        eager = self._eager_table_plan(dev, row, m, n, k, check_available)
+        if eager is None and p.backend is not None and not p.backend.eager_ok:
+            eager = self._eager_plan(dev, p, m, n, k, check_available)
+        return p if eager is None else dataclasses.replace(p, eager=eager)
+
+    def _eager_table_plan(self, dev: DeviceKey, row: TunedRow, m: int, n: int, k: int,
+                          check_available: bool) -> Optional[Plan]:
+        """The eager table's plan for this call (fast mode), where it names another kernel than ``row``
+        and that kernel's backend is eager_ok; None: eager calls follow the fast table."""
+        table = self.config.eager_table
+        erow = table.lookup(dev, m, n, k) if table is not None and not self.deterministic else None
+        if erow is None or (erow.libtype, erow.kernelName) == (row.libtype, row.kernelName):
+            return None
+        alt = self._plan_row(erow, m, n, k, check_available)
+        if alt.backend is not None and not alt.backend.eager_ok:
+            return None
+        return dataclasses.replace(alt, reason=f"{alt.reason}; eager call: the eager table's row")
 
     def _row(self, dev: DeviceKey, m: int, n: int, k: int) -> Optional[TunedRow]:
         row = self.config.det_table.lookup(dev, m, n, k) if self.deterministic else None

@@ -286,11 +286,20 @@ def validate_kernel_names(rows: Iterable[TunedRow], parsers: Mapping[str, Sequen
 
 
 DETERMINISTIC_SUFFIX = "_deterministic.csv"
+#: Rows for calls outside CUDA-graph capture where they differ from the fast table's (fast mode only).
+EAGER_SUFFIX = "_eager.csv"
 
 
 def is_deterministic_file(name: str | os.PathLike) -> bool:
     """Whether a table file holds deterministic kernels (its name ends in ``_deterministic.csv``)."""
     return os.path.basename(os.fspath(name)).endswith(DETERMINISTIC_SUFFIX)
+
+
+def table_of(name: str | os.PathLike) -> str:
+    """Which table a file's rows go to, by its name: ``deterministic``, ``eager`` or ``fast``."""
+    if is_deterministic_file(name):
+        return "deterministic"
+    return "eager" if os.path.basename(os.fspath(name)).endswith(EAGER_SUFFIX) else "fast"
 
 
 class TunedTable:
@@ -335,25 +344,25 @@ class TunedTable:
 
 @dataclasses.dataclass(frozen=True)
 class TunedTables:
-    """The fast and the deterministic table."""
+    """The fast, the deterministic and the eager table."""
 
     fast: TunedTable
     deterministic: TunedTable
+    eager: TunedTable = dataclasses.field(default_factory=lambda: TunedTable([]))
 
     @classmethod
     def load(cls, extra_paths: Iterable[str] = ()) -> "TunedTables":
         """Packaged files, then ``extra_paths``, each read and validated once."""
-        fast: list[tuple[str, list[TunedRow]]] = []
-        det: list[tuple[str, list[TunedRow]]] = []
+        files: dict[str, list[tuple[str, list[TunedRow]]]] = {"fast": [], "deterministic": [], "eager": []}
         for name, text in packaged_tables():
-            (det if is_deterministic_file(name) else fast).append((name, parse_csv(text, name)))
+            files[table_of(name)].append((name, parse_csv(text, name)))
         for p in extra_paths:
-            (det if is_deterministic_file(p) else fast).append((str(p), read_csv_file(p)))
-        return cls(TunedTable(fast), TunedTable(det))
+            files[table_of(p)].append((str(p), read_csv_file(p)))
+        return cls(**{kind: TunedTable(rows) for kind, rows in files.items()})
 
     def for_mode(self, deterministic: bool) -> TunedTable:
         return self.deterministic if deterministic else self.fast
 
     def rows(self) -> list[TunedRow]:
-        """Every row of every file of both tables, overridden ones included (for start-up validation)."""
-        return self.fast.every_row() + self.deterministic.every_row()
+        """Every row of every file of the tables, overridden ones included (for start-up validation)."""
+        return self.fast.every_row() + self.deterministic.every_row() + self.eager.every_row()

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import assert_fp32_close, rand_bf16
-from fakes.fake_backends import FAKE_KERNEL, FAKE_KEY, OTHER_KERNEL, ExactFake, RaisingFake, make_router
+from fakes.fake_backends import FAKE_KERNEL, FAKE_KEY, OTHER_KERNEL, ExactFake, RaisingFake, fake_table, make_router
 from sglang_fp32gemm import explain as explain_mod
 from sglang_fp32gemm import routing
 from sglang_fp32gemm.backends import probe as probe_mod
@@ -201,3 +201,56 @@ def test_explain_for_an_h200_names_the_eager_kernel_of_every_cutedsl_row():
     for line in cutedsl:
         assert re.search(r"; eager calls: (triton triton_epoch|triton-det triton_splitk)_fp32_", line), line
     assert not any("eager calls" in line for line in text.splitlines() if " triton triton" in line.split(";")[0])
+    # The region-ranked torch rows of V4-Pro's indexer GEMM: eager calls take the eager table's Triton row.
+    block = text.split("N=512 K=7168 (V4-Pro indexer kv_score):")[1].split("  N=")[0]
+    rows = [line for line in block.splitlines() if line.strip().startswith("M=")]
+    assert rows and all(re.search(r"^\s+M=\S+\s+torch \(row configs/sm90.csv:\d+: libtype torch is served by torch\); "
+                                  r"eager calls: triton triton_epoch_fp32_\S+ \(row configs/sm90_eager.csv:\d+\)$", line)
+                        for line in rows), block
+
+
+# -- the eager table (*_eager.csv): rows for calls outside capture where they differ -------------
+TORCH_ROWS = fake_table([(1, N, K), (8, N, K), (32, N, K)], libtype="torch", kernel="")
+TORCH = "row fake.csv:{}: libtype torch is served by torch"
+
+
+def eager_rows(*shapes) -> "object":
+    return fake_table(shapes, name="fake_eager.csv")
+
+
+def test_the_eager_table_sends_eager_calls_of_a_torch_row_to_its_kernel(capture):
+    """The table's torch row (torch wins beside SGLang's other streams) serves captured calls; eager calls,
+    which SGLang runs on one stream, take the eager table's row; where it has none, the table's."""
+    f = fast()
+    r = make_router([f], table=TORCH_ROWS, eager_table=eager_rows((1, N, K, FAKE_KERNEL), (32, N, K, OTHER_KERNEL)))
+    w = rand_bf16(N, K)
+    for _ in range(2):
+        assert _call(r, 1, w, False, capture) == ("fast", FAKE_KERNEL)
+        assert _call(r, 1, w, True, capture) == ("torch", TORCH.format(2))
+        assert _call(r, 20, w, False, capture) == ("fast", OTHER_KERNEL)  # 20 -> 32 in both tables
+        assert _call(r, 8, w, False, capture) == ("torch", TORCH.format(3))  # no eager row serves 8
+    assert f.violations == []
+    assert explain_mod._shape_route(r, FAKE_KEY, None, 1, N, K) == \
+        f"torch ({TORCH.format(2)}); eager calls: fast {FAKE_KERNEL} (row fake_eager.csv:2)"
+
+
+def test_the_eager_table_is_left_out_where_it_cannot_help(capture):
+    """Deterministic mode; an eager row naming the table's own kernel; an eager row whose backend
+    launches slowly outside a graph (the rule for such rows applies instead)."""
+    w = rand_bf16(N, K)
+    det = make_router([fast()], table=TORCH_ROWS, det_table=TORCH_ROWS, deterministic=True,
+                      eager_table=eager_rows((1, N, K, FAKE_KERNEL)))
+    assert _call(det, 1, w, False, capture) == ("torch", TORCH.format(2))
+    same = make_router([fast()], shapes=[(1, N, K)], eager_table=eager_rows((1, N, K, FAKE_KERNEL)))
+    assert same.plan(FAKE_KEY, 1, N, K).eager is None
+    slow_eager = make_router([slow(), fast()], shapes=ROWS, eager_table=eager_rows((1, N, K, SLOW_KERNEL)))
+    assert _call(slow_eager, 1, w, False, capture) == ("fast", FAKE_KERNEL)  # the nearest eager-capable row
+
+
+def test_a_failing_eager_table_kernel_sends_eager_calls_to_the_fallback(capture):
+    r = make_router([RaisingFake(name="fast", kernels=(FAKE_KERNEL,))], table=TORCH_ROWS,
+                    eager_table=eager_rows((1, N, K, FAKE_KERNEL)))
+    w = rand_bf16(N, K)
+    route, _ = _call(r, 1, w, False, capture)
+    assert route == "torch"
+    assert _call(r, 1, w, True, capture) == ("torch", TORCH.format(2))

@@ -373,6 +373,21 @@ def test_deterministic_files_form_their_own_table(tmp_path):
     assert TunedTable.load([fast, det, det2]).lookup(GFX950, 1, 1024, K).kernelName == "fast_k"
 
 
+def test_eager_files_form_their_own_table(tmp_path):
+    """``*_eager.csv``: rows for calls outside graph capture; neither the fast nor the deterministic table."""
+    eager = _write(tmp_path, "mine_eager.csv", rows_csv([(1, 1024, K)], gfx="gfx950", cu_num=256, libtype="flydsl",
+                                                        kernel="eager_k"))
+    fast = _write(tmp_path, "eager_not.csv", rows_csv([(1, 1024, K)], gfx="gfx950", cu_num=256, libtype="flydsl",
+                                                      kernel="fast_k"))
+    t = TunedTables.load([eager, fast])
+    assert [f for f in t.eager.files if not f.startswith("configs/")] == [eager]
+    assert eager not in t.fast.files + t.deterministic.files and fast in t.fast.files
+    assert t.eager.lookup(GFX950, 1, 1024, K).kernelName == "eager_k"
+    assert t.fast.lookup(GFX950, 1, 1024, K).kernelName == "fast_k"
+    assert "eager_k" in {r.kernelName for r in t.rows()}  # validated at start-up like every row
+    assert TunedTables.load().eager.files == ["configs/sm90_eager.csv"]
+
+
 def test_a_name_merely_containing_deterministic_is_a_fast_table(tmp_path):
     p = _write(tmp_path, "deterministic_not.csv", rows_csv([(1, 1024, K)], gfx="gfx950", cu_num=256,
                                                             libtype="flydsl", kernel="x"))

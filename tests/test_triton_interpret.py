@@ -33,7 +33,7 @@ def test_packaged_triton_kernel_names_parse_for_one_triton_backend():
     from sglang_fp32gemm.table import TunedTables
 
     tables = TunedTables.load()
-    rows = [r for t in (tables.fast, tables.deterministic) for r in t.rows() if r.libtype == "triton"]
+    rows = [r for t in (tables.fast, tables.deterministic, tables.eager) for r in t.rows() if r.libtype == "triton"]
     assert rows
     det, fast = TritonSplitKBackend(), TritonEpochBackend()
     for r in rows:
@@ -202,7 +202,8 @@ def test_candidates_hold_the_shipped_sm90_triton_winners_at_m_le_32():
     from sglang_fp32gemm.table import TunedTables
 
     tables = TunedTables.load()
-    rows = [r for t in (tables.fast, tables.deterministic) for r in t.rows() if r.libtype == "triton" and r.M <= 32]
+    rows = [r for t in (tables.fast, tables.deterministic, tables.eager) for r in t.rows()
+            if r.libtype == "triton" and r.M <= 32]
     assert rows
     for r in rows:
         be = TritonSplitKBackend() if r.kernelName.startswith("triton_splitk_") else TritonEpochBackend()

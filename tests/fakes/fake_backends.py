@@ -69,16 +69,19 @@ def enabled_settings(enabled: bool = True, deterministic: bool = False) -> setti
 
 def make_config(table: Optional[TunedTable] = None, enabled: bool = True, deterministic: bool = False,
                 det_table: Optional[TunedTable] = None,
-                selection: Optional[layers_mod.LayerSelection] = None) -> config_mod.Config:
+                selection: Optional[layers_mod.LayerSelection] = None,
+                eager_table: Optional[TunedTable] = None) -> config_mod.Config:
     return config_mod.Config(enabled_settings(enabled, deterministic), table or TunedTable([]),
-                             det_table or TunedTable([]), selection or layers_mod.LayerSelection())
+                             det_table or TunedTable([]), selection or layers_mod.LayerSelection(),
+                             eager_table or TunedTable([]))
 
 
 def make_router(backends: Optional[list[Backend]] = None, table: Optional[TunedTable] = None,
                 shapes: Iterable[Shape] = (), enabled: bool = True,
                 selection: Optional[layers_mod.LayerSelection] = None,
                 key: Optional[DeviceKey] = FAKE_KEY, libtype: str = "triton",
-                deterministic: bool = False, det_table: Optional[TunedTable] = None) -> Router:
+                deterministic: bool = False, det_table: Optional[TunedTable] = None,
+                eager_table: Optional[TunedTable] = None) -> Router:
     """A Router over ``backends`` (grouped by libtype, in order) that routes CPU tensors.
 
     Every device's table key is ``key`` (None: no key).
@@ -88,7 +91,7 @@ def make_router(backends: Optional[list[Backend]] = None, table: Optional[TunedT
     by_lib: dict[str, list[Backend]] = {}
     for b in backends or []:
         by_lib.setdefault(b.libtype, []).append(b)
-    cfg = make_config(table, enabled, deterministic, det_table, selection)
+    cfg = make_config(table, enabled, deterministic, det_table, selection, eager_table)
     r = Router(cfg, by_lib)
     r.routes.device_types = ("cuda", "cpu")
     r.routes.device_key_of = lambda device: key  # type: ignore[method-assign]
