@@ -10,7 +10,7 @@
 #                 carry its backend is unavailable, and the steps say so.
 #   versions      GPU, driver, library versions, every backend's availability
 #   gpu-tests     every tests/test_*gpu*.py
-#   tune          python -m sglang_fp32gemm tune (every backend, both tables) into $OUT/tune/;
+#   tune          python -m sglang_fp32gemm tune (every backend, every table) into $OUT/tune/;
 #                 later bench steps of the same call route with these tables (through
 #                 SGLANG_FLYDSL_FP32_GEMM_CONFIG, on top of the packaged ones and of any the
 #                 caller named there) and give each
@@ -85,15 +85,16 @@ step_tune() {
   mkdir -p "$d"
   # shellcheck disable=SC2086
   timeout -k 10 "${TUNE_TIMEOUT:-290}" python3 -m sglang_fp32gemm tune ${TUNE_ARGS:---budget-s 260} \
-    --out "$d/sm90.csv" --out-det "$d/sm90_deterministic.csv" --summary "$d/tune_summary.json" \
+    --out "$d/sm90.csv" --out-det "$d/sm90_deterministic.csv" --out-eager "$d/sm90_eager.csv" \
+    --summary "$d/tune_summary.json" \
     --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
   echo "tune rc=$?"; grep -v '^\[' "$d/tune.txt" | tail -n 6 | cut -c1-200
   TUNE_LOG=$d/tune_log.jsonl.gz
   local t new=()
-  for t in "$d/sm90.csv" "$d/sm90_deterministic.csv"; do [ -s "$t" ] && new+=("$t"); done
+  for t in "$d/sm90.csv" "$d/sm90_deterministic.csv" "$d/sm90_eager.csv"; do [ -s "$t" ] && new+=("$t"); done
   [ ${#new[@]} -gt 0 ] || return 0
   if python3 -c "import sys; from sglang_fp32gemm.table import TunedTables as T; t = T.load(sys.argv[1:]); \
-print(len(t.fast), 'fast and', len(t.deterministic), 'deterministic rows load')" "${new[@]}"; then
+print(len(t.fast), 'fast,', len(t.deterministic), 'deterministic and', len(t.eager), 'eager rows load')" "${new[@]}"; then
     # on top of any tables the caller named (later files override earlier ones)
     export SGLANG_FLYDSL_FP32_GEMM_CONFIG=${SGLANG_FLYDSL_FP32_GEMM_CONFIG:+$SGLANG_FLYDSL_FP32_GEMM_CONFIG:}$(IFS=:; echo "${new[*]}")
   else

@@ -299,9 +299,10 @@ class CostedFakes:
     runs in (alone plain_a is fastest, in a step plain_b adds least), torch adding 8, and a timer whose
     step takes 1000 + what its calls added (+ 50 on the step numbers in ``slow_steps``)."""
 
-    COST = {"plain_a": 9.0, "plain_b": 3.0, "plain_c": 7.0}
+    COST = {"plain_a": 9.0, "plain_b": 3.0, "plain_c": 7.0, "quick": 5.0}
 
-    def __init__(self, only_w: tuple = (), slow_steps: tuple = ()):
+    def __init__(self, only_w: tuple = (), slow_steps: tuple = (), torch_cost: float = 8.0):
+        self.torch_cost = torch_cost
         self.added: list[float] = []
         self.steps: list[int] = []  # the fp32 outputs of each timed step
         fakes = self
@@ -329,7 +330,7 @@ class CostedFakes:
         self.timer = Timer(10.0)
 
     def torch_fn(self, x, w):
-        self.added.append(8.0)
+        self.added.append(self.torch_cost)
         return x.float() @ w.float().t()
 
 
@@ -362,11 +363,51 @@ def test_rank_region_times_the_finalists_in_the_region_model_of_the_shape(tmp_pa
     assert f.steps == [0, 1, 1, 1, 1] * 3  # 3 rounds of: none, torch, the 3 finalists; 1 call each
     lines = log_lines(tmp_path / "log.jsonl")
     ranked = {x["kernel"]: (x["us"], x["setting"]) for x in lines if x.get("phase") == "region" and "kernel" in x}
-    assert ranked == {c: (us, f"region:tiny:{schedule}") for c, us in CostedFakes.COST.items()}
+    assert ranked == {c: (CostedFakes.COST[c], f"region:tiny:{schedule}") for c in ("plain_a", "plain_b", "plain_c")}
     # no model has the shape: the chain ranks it
     t.shape(m, 32, 64, [m], tuner.gather_candidates([f.backend], m, 32, 64, [m], {}, log))
     torch_lines = [x for x in log_lines(tmp_path / "log.jsonl") if x.get("event") == "torch" and "setting" in x]
     assert torch_lines[-1]["setting"] == "chain"
+
+
+def test_where_torch_wins_the_region_eager_calls_get_the_fastest_eager_capable_kernel_alone(tmp_path, monkeypatch):
+    """torch adds least in the region: the fast table's row is torch; the eager table's row is the
+    fastest kernel alone whose backend launches cheaply outside a graph (not the slow-launch one)."""
+    monkeypatch.setattr(region, "spec_for", lambda n, k: region.MODELS["tiny"])
+    f = CostedFakes(torch_cost=2.0)
+    slow_launch = type(f.backend)("slow", "cutedsl", {"quick": 1.0})
+    slow_launch.eager_ok = False
+    log = common.JsonLog(str(tmp_path / "log.jsonl"))
+    t = tuner.Tuner([f.backend, slow_launch], torch.device("cpu"), f.timer, log, top=3, rank="region",
+                    torch_fn=f.torch_fn)
+    r = t.shape(8, 128, 64, [8], tuner.gather_candidates([f.backend, slow_launch], 8, 128, 64, [8], {}, log))
+    assert (r.fast.kernel, r.fast.us, r.torch_us) == ("plain_b", 3.0, 2.0)
+    assert (r.eager.kernel, r.eager.us, r.torch_alone_us) == ("plain_a", 4.0, 10.0)
+    assert [(x.M, x.libtype) for x in tune_rows.build_rows([r], KEY, [8], 0.02, False)] == [(8, "torch")]
+    assert [(x.M, x.kernelName, x.us) for x in tune_rows.build_eager_rows([r], KEY, 0.02)] == [(8, "plain_a", 4.0)]
+    # where the ranked winner beats torch the fast table serves eager calls too: no eager row
+    won = dataclasses.replace(r, torch_us=4.0)
+    assert tune_rows.build_eager_rows([won], KEY, 0.02) == []
+    isolated = tuner.Tuner([f.backend], torch.device("cpu"), f.timer, log, top=3, torch_fn=f.torch_fn)
+    assert isolated.shape(8, 128, 64, [8], tuner.gather_candidates([f.backend], 8, 128, 64, [8], {}, log)).eager is None
+
+
+@pytest.mark.parametrize("rank", ["isolated", "chain"])
+def test_tune_writes_the_eager_table_only_when_it_ranks_elsewhere(tmp_path, capsys, rank):
+    """In the fake chain every call adds the same 4 us, torch's too: torch rows; alone the fastest kernel
+    exact over the M=8 row's bucket (lowbad_fast is wrong below 8) is flaky_det at 3 us against torch's
+    10: the eager table's row. Ranked alone, there is no eager table."""
+    fast, det, _ = fakes()
+    args = tune_args(tmp_path, m=[8], n=[32], k=[64], rank=rank)
+    assert tune.run(args, backends=[fast, det], device=torch.device("cpu"), timer=FakeTimer(10.0)) == 0
+    eager = tmp_path / "sm90_eager.csv"
+    if rank == "isolated":
+        assert not eager.exists() and "sm90_eager.csv" not in capsys.readouterr().out
+        return
+    assert [(r.M, r.libtype) for r in parse_csv(open(args.out).read(), args.out)] == [(8, "torch")]
+    assert [(r.M, r.kernelName, r.us) for r in parse_csv(eager.read_text(), str(eager))] == [(8, "flaky_det", 3.0)]
+    assert f"1 rows to {eager}" in capsys.readouterr().out
+    assert json.load(open(args.summary))["shapes"][0]["eager"]["row"] is True
 
 
 def test_tuner_writes_a_torch_row_where_torch_wins(tmp_path):

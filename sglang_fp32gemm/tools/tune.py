@@ -40,7 +40,10 @@ to its multi-stream limit (M <= 64 on Hopper), serial above; --rank chain
 (and region, for shapes no model has) in a 61-layer serial chain of bf16
 GEMMs around the call. Torch is timed the same way, and a row is written only
 where the winner beats torch there. The median of --rounds interleaved rounds
-counts; every time goes to the log.
+counts; every time goes to the log. Ranked that way, the tune also writes
+--out-eager: where the ranked winner is torch, the fastest kernel alone whose
+backend launches cheaply outside a graph, if it beats torch alone (eager
+calls run on one stream; the router gives them that row).
 
 Budget: --budget-s stops cleanly between candidates, keeps every finished
 shape and writes the tables; they are also rewritten after every shape, so a
@@ -69,7 +72,7 @@ from sglang_fp32gemm.tools.cli import Parser, positive_int
 from sglang_fp32gemm.tools.precompile import precompile
 from sglang_fp32gemm.tools.progress import Progress
 from sglang_fp32gemm.tools.stopping import Budget, Stop
-from sglang_fp32gemm.tools.tune_rows import ShapeResult, build_rows, cutedsl_compiles, wins
+from sglang_fp32gemm.tools.tune_rows import ShapeResult, build_eager_rows, build_rows, cutedsl_compiles, wins
 from sglang_fp32gemm.tools.tuner import RANKS, Tuner, gather_candidates, parse_caps
 
 M_DEFAULT = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
@@ -100,6 +103,7 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
         return 2
     out = args.out or f"{key.gfx}.csv"
     out_det = args.out_det or f"{os.path.splitext(out)[0]}_deterministic.csv"
+    out_eager = args.out_eager or f"{os.path.splitext(out)[0]}_eager.csv"
     summary_path = args.summary or f"{os.path.splitext(out)[0]}_summary.json"
     log = common.JsonLog(args.log)
     log.write(event="start", argv=sys.argv, device=str(key), versions=common.versions())
@@ -123,12 +127,15 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
     results: list[ShapeResult] = []
     stopped = None
 
-    def write_tables() -> tuple[list[TunedRow], list[TunedRow]]:
+    def write_tables() -> tuple[list[TunedRow], list[TunedRow], list[TunedRow]]:
         fast = build_rows(results, key, grid, args.min_gain, False, not args.no_pin_torch)
         det = build_rows(results, key, grid, args.min_gain, True, not args.no_pin_torch)
+        eager = build_eager_rows(results, key, args.min_gain) if args.rank != "isolated" else []
         common.write_text(out, format_rows(fast))
         common.write_text(out_det, format_rows(det))
-        return fast, det
+        if args.rank != "isolated":
+            common.write_text(out_eager, format_rows(eager))
+        return fast, det, eager
 
     progress = Progress(len(shapes), "tune", left_s=budget.left)
     # `timeout` sends SIGTERM: stop like the budget does, keeping what is finished.
@@ -151,19 +158,21 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
         stopped = f"stopped ({e}) during a shape after {budget.elapsed():.0f}s"
     finally:
         progress.close()
-    fast, det = write_tables()
+    fast, det, eager = write_tables()
     done = {(r.m, r.n, r.k) for r in results}
     missing = [s for s in shapes if s not in done]
     compiles = {"fast": cutedsl_compiles(fast, grid), "deterministic": cutedsl_compiles(det, grid)}
     summary = {"device": str(key), "argv": sys.argv, "elapsed_s": round(budget.elapsed(), 1),
                "stopped": stopped, "missing_shapes": missing, "rows": len(fast), "det_rows": len(det),
+               "eager_rows": len(eager),
                "cutedsl_runtime_compiles": compiles,
                "shapes": [_shape_record(r, args.min_gain) for r in results]}
     common.write_json(summary_path, summary)
     log.write(event="end", stopped=stopped, rows=len(fast), det_rows=len(det), missing=len(missing))
     log.close()
     print(f"wrote {len(fast)} rows to {out} ({sum(r.libtype == 'torch' for r in fast)} torch rows), "
-          f"{len(det)} rows to {out_det} ({sum(r.libtype == 'torch' for r in det)} torch rows); "
+          f"{len(det)} rows to {out_det} ({sum(r.libtype == 'torch' for r in det)} torch rows)"
+          + (f", {len(eager)} rows to {out_eager}" if args.rank != "isolated" else "") + "; "
           f"{len(results)}/{len(shapes)} shapes in {summary['elapsed_s']}s"
           + (f"; {stopped}; {len(missing)} shapes not tuned" if stopped else ""), flush=True)
     if compiles["fast"] or compiles["deterministic"]:
@@ -175,10 +184,11 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
 def _shape_record(r: ShapeResult, min_gain: float) -> dict:
     rec = {"M": r.m, "N": r.n, "K": r.k, "torch_us": round(r.torch_us, 3), "bucket": [min(r.bucket), max(r.bucket)]
            if r.bucket else None, "timed": r.timed, "rejected": r.rejected}
-    for tag, p in (("fast", r.fast), ("det", r.det)):
+    for tag, p, t in (("fast", r.fast, r.torch_us), ("det", r.det, r.torch_us), ("eager", r.eager, r.torch_alone_us)):
         if p is not None:
+            row = wins(p, t, min_gain) and (tag != "eager" or not wins(r.fast, r.torch_us, min_gain))
             rec[tag] = {"backend": p.backend, "kernel": p.kernel, "us": round(p.us, 3), "rel_err": p.rel_err,
-                        "speedup": round(r.torch_us / p.us, 3), "row": wins(p, r.torch_us, min_gain)}
+                        "speedup": round(t / p.us, 3), "row": row}
     return rec
 
 
@@ -218,6 +228,7 @@ def parser() -> Parser:
                     help="at most this share of --budget-s goes to the parallel precompile")
     ap.add_argument("--out", default=None, help="fastest-kernel table (default <gfx>.csv)")
     ap.add_argument("--out-det", default=None, help="deterministic table (default <out>_deterministic.csv)")
+    ap.add_argument("--out-eager", default=None, help="with --rank chain/region: the eager table (default <out>_eager.csv)")
     ap.add_argument("--summary", default=None, help="per-shape JSON summary (default <out>_summary.json)")
     ap.add_argument("--log", default="tune_log.jsonl", help="every candidate, one JSON per line (.gz: gzipped)")
     ap.add_argument("--no-pin-torch", action="store_true", help="never write libtype torch rows")

@@ -33,6 +33,8 @@ class ShapeResult:
     det: Optional[Pick]           # fastest exact deterministic candidate
     timed: int = 0
     rejected: int = 0
+    eager: Optional[Pick] = None  # ranked elsewhere: the fastest alone whose backend is eager_ok
+    torch_alone_us: float = 0.0   # torch's time alone (torch_us is the rank's)
 
 
 def _row(key, r: ShapeResult, p: Optional[Pick]) -> TunedRow:
@@ -71,6 +73,18 @@ def build_rows(results: Iterable[ShapeResult], key, grid: Iterable[int], min_gai
             for m in torch_pins(grid, fast):
                 if m not in per_m:  # not reached within the budget: pinned without a time
                     rows.append(_row(key, ShapeResult(m, n, k, 0.0, [], None, None), None))
+    rows.sort(key=lambda row: (row.N, row.K, row.M))
+    return rows
+
+
+def build_eager_rows(results: Iterable[ShapeResult], key, min_gain: float) -> list[TunedRow]:
+    """The eager table: where the fast table's row is torch (the ranked winner), the fastest kernel alone
+    with a cheap eager launch, if it beats torch alone; eager calls run on one stream, without a graph."""
+    rows = []
+    for r in results:
+        p = r.eager
+        if not wins(r.fast, r.torch_us, min_gain) and wins(p, r.torch_alone_us, min_gain):
+            rows.append(_row(key, r, p))
     rows.sort(key=lambda row: (row.N, row.K, row.M))
     return rows
 

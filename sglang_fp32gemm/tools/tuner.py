@@ -274,6 +274,7 @@ class Tuner:
             self._rec(c, m, n, k, phase="final", status="ok", us=us, rel_err=res.rel_err)
             final.append((us, c, res))
         final.sort(key=lambda r: r[0])
+        alone, torch_alone_us = final, torch_us
         if self.rank != "isolated":
             torch_us, final = self.rerank(m, n, k, x, final)
         lo = min(bucket) if bucket else m
@@ -298,4 +299,8 @@ class Tuner:
 
         fast = pick(final, False)
         det = pick([r for r in final if r[1].deterministic], True)
-        return ShapeResult(m, n, k, torch_us, list(bucket), fast, det, timed=len(screened), rejected=rejected)
+        # Ranked elsewhere, the isolated winner among kernels with a cheap eager launch is what calls
+        # outside capture (one stream, no graph) should take: the eager table's candidate.
+        eager = pick([r for r in alone if r[1].backend.eager_ok], False) if self.rank != "isolated" else None
+        return ShapeResult(m, n, k, torch_us, list(bucket), fast, det, timed=len(screened), rejected=rejected,
+                           eager=eager, torch_alone_us=torch_alone_us)
