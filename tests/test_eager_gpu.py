@@ -1,9 +1,12 @@
-"""Eager and captured calls of a ``cutedsl`` row on a real NVIDIA GPU (skipped elsewhere).
+"""Eager and captured calls of a ``cutedsl`` row, and of a torch row the eager table
+overrides, on a real NVIDIA GPU (skipped elsewhere).
 
 The packaged table routes some shapes to SGLang's CuTe-DSL kernel, whose eager
 launch costs more host time than torch.mm: an eager call of such a shape runs
-the nearest Triton row's kernel, a captured one the row's own kernel; the
-counters say which ran, and both results are exact.
+the nearest Triton row's kernel, a captured one the row's own kernel. Where the
+region ranking made a row torch, the eager table (``configs/sm90_eager.csv``)
+gives eager calls a Triton kernel. The counters say which ran, and every result
+is exact.
 """
 
 from __future__ import annotations
@@ -70,6 +73,45 @@ def test_an_eager_call_of_a_cutedsl_row_runs_triton_and_a_captured_one_cutedsl(m
     with torch.cuda.graph(g, stream=s):
         out = routing.linear_bf16_fp32(x, w)
     assert router.counters() == {row_key: 1}  # compiled at this M when resolved, not a fallback
+    for _ in range(2):
+        x.copy_(random_bf16(m, k, device=dev))
+        g.replay()
+        torch.cuda.synchronize()
+        _exact(out, x, w)
+
+
+def test_an_eager_call_of_a_torch_row_runs_the_eager_tables_kernel_and_a_captured_one_torch(monkeypatch):
+    from sglang_fp32gemm import routing, settings
+    from sglang_fp32gemm.table import device_key
+
+    monkeypatch.setenv(settings.ENABLE_VAR, "1")
+    settings.reload()
+    router = routing.reset_router()
+    dev = torch.device("cuda", torch.cuda.current_device())
+    key = device_key(dev)
+    found = [(r.M, r.N, r.K) for r in router.config.eager_table.rows() if (r.gfx, r.cu_num) == (key.gfx, key.cu_num)]
+    if not found:
+        pytest.skip(f"no eager-table row for {key}")
+    m, n, k = found[0]
+    p = router.plan(key, m, n, k)
+    assert p.backend is None and p.eager is not None and p.eager.backend is not None, p  # a torch row
+    eager_key = (p.eager.backend.name, p.eager.backend.kernel_name(p.eager.cfg))
+    x, w = random_bf16(m, k, device=dev), random_bf16(n, k, device=dev)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        eager = [routing.linear_bf16_fp32(x, w) for _ in range(2)]
+    torch.cuda.synchronize()
+    for out in eager:
+        _exact(out, x, w)
+    assert router.counters() == {eager_key: 2}
+
+    router.reset_counters()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        out = routing.linear_bf16_fp32(x, w)
+    assert [route for route, _ in router.counters()] == ["torch"]
     for _ in range(2):
         x.copy_(random_bf16(m, k, device=dev))
         g.replay()
