@@ -519,7 +519,8 @@ def test_bench_every_mode_on_cpu_writes_what_targets_reads(tmp_path, capsys, rou
 
 
 # -- targets ---------------------------------------------------------------------------------
-def synthetic(tmp_path, *, slow=None, imprecise=None, eager_factor=1.0, fallback_add=0.4, decode_add=5.2):
+def synthetic(tmp_path, *, slow=None, imprecise=None, eager_factor=1.0, fallback_add=0.4, decode_add=5.2,
+              region_m4=None):
     """Bench JSON files that meet every target, except what the arguments break."""
     graph = []
     for k in (7168, 4096):
@@ -544,8 +545,18 @@ def synthetic(tmp_path, *, slow=None, imprecise=None, eager_factor=1.0, fallback
                "added_us": fallback_add, "rel_err": {}, "allclose": {}} for n in (1024, 2560)]
     decode = [{"M": 4, "N": 1024, "K": 7168, "add_per_layer_us": {"torch": 8.5, "routed": decode_add},
                "rel_err": {"routed": 1e-6}, "allclose": {"routed": True}}]
+    region = [{"model": "pro", "M": m, "N": "512/1024/2048", "K": 7168, "schedule": "overlapped",
+               "add_per_layer_us": {"torch": 5.0, "routed": 2.4 if m <= 8 else 3.1 if m <= 32 else 3.4}}
+              for m in (1, 2, 4, 8, 16, 32, 64)]
+    region += [{"model": "pro", "M": m, "N": "512/1024/2048", "K": 7168, "schedule": "serial",
+                "add_per_layer_us": {"torch": 15.0, "routed": 8.9, "vllm_ll": 10.0}} for m in (1, 2, 4, 8, 16, 32)]
+    if region_m4 is not None:  # what routed adds at M=4, overlapped and serial
+        for r in region:
+            if r["M"] == 4:
+                r["add_per_layer_us"]["routed"] = region_m4
     for name, mode, res in (("bench.json", "graph", graph), ("bench_det.json", "deterministic", det),
-                            ("bench_eager.json", "eager", eager), ("bench_decode.json", "decode", decode)):
+                            ("bench_eager.json", "eager", eager), ("bench_decode.json", "decode", decode),
+                            ("bench_region.json", "region", region)):
         (tmp_path / name).write_text(json.dumps({"mode": mode, "results": res}))
     (tmp_path / "fuzz.json").write_text(json.dumps({"summary": {"cases": 300, "failures": 0, "max_rel_err": 5e-6}}))
     return str(tmp_path)
@@ -561,7 +572,7 @@ def test_targets_all_pass_on_a_run_that_meets_them(tmp_path, capsys):
     assert targets.main([path]) == 0
     out = capsys.readouterr().out
     assert not [line for line in out.splitlines() if line.startswith(("FAIL", "NODATA"))]
-    assert out.rstrip().endswith("targets: 10 PASS, 0 FAIL, 0 NODATA")
+    assert out.rstrip().endswith("targets: 14 PASS, 0 FAIL, 0 NODATA")
 
 
 def test_targets_fail_with_the_numbers(tmp_path, capsys):
@@ -578,6 +589,27 @@ def test_targets_fail_with_the_numbers(tmp_path, capsys):
     assert "adds 1.60 us" in out
     assert "routed adds 6.10 us per layer" in out
     assert "PASS   deterministic routed" in out
+
+
+def test_region_targets_fail_with_the_numbers_and_say_what_was_not_measured(tmp_path, capsys):
+    path = synthetic(tmp_path, region_m4=6.0)
+    assert targets.main([path]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL   region, overlapped: routed never adds more than torch (+1% noise): 1 of 7 M miss" in out
+    assert "M=4: routed adds 6.00 us > 5.05 (torch 5.00, routed 6.00)" in out
+    assert "FAIL   region, overlapped: routed adds <= 0.7x what torch adds: 1 of 7 M miss" in out
+    assert "M=4: routed adds 6.00 us > 2.50" in out
+    assert "M=4: routed adds 6.00 us > 9.00 (torch 15.00, routed 6.00" not in out  # serial 6.0 <= 9.0
+    assert "PASS   region, serial" in out
+    r = json.load(open(os.path.join(path, "bench_region.json")))
+    r["results"] = [x for x in r["results"] if x["M"] != 2]
+    for x in r["results"]:
+        x["add_per_layer_us"].pop("vllm_ll", None)
+    (tmp_path / "bench_region.json").write_text(json.dumps(r))
+    verdicts = {v.name: v for v in targets.check(targets.load([path]))}
+    assert verdicts["region, overlapped: routed never adds more than torch (+1% noise)"].status == "FAIL"  # M=4
+    serial = verdicts["region, serial: routed adds <= 0.9x what vLLM's ll_bf16 (best config) adds"]
+    assert serial.status == "NODATA" and "M=2: not measured" in serial.misses and "M=1: no vllm_ll column" in serial.misses
 
 
 def test_targets_nodata_when_a_shape_or_column_is_missing(tmp_path):

@@ -1,7 +1,7 @@
-"""Check bench results against the targets of issues 8 and 9; PASS/FAIL with the numbers.
+"""Check bench results against the targets of issues 8, 9 and 15; PASS/FAIL with the numbers.
 
 Reads the JSON files ``bench`` writes (bench.json, bench_det.json,
-bench_eager.json, bench_decode.json; and fuzz.json if present) from the
+bench_eager.json, bench_decode.json, bench_region.json; and fuzz.json if present) from the
 folders or files given. A target is PASS only if every shape it names was
 measured and met it; FAIL lists the worst misses with their numbers; NODATA
 says what was not measured. Exit status 0 only when every target passed.
@@ -15,7 +15,7 @@ import dataclasses
 import json
 import os
 import sys
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from sglang_fp32gemm.exactness import REL_TOL
 from sglang_fp32gemm.tools.cli import Parser
@@ -198,6 +198,43 @@ def precision(files: dict[str, list[dict]]) -> Verdict:
                     checked, misses, [] if checked else ["no results"], "results")
 
 
+def region_added(region: list[dict], schedule: str, ms: tuple[int, ...], name: str,
+                 bound: Callable[[int, dict], Optional[float]], what: str) -> Verdict:
+    """One target on what the fp32 GEMMs add per layer in V4-Pro's region model (issue 15):
+    ``bound(m, added)`` is the most ``routed`` may add at M (None: that M lacks the ``what`` column)."""
+    rows = {r["M"]: r["add_per_layer_us"] for r in region
+            if r.get("model") == "pro" and r.get("schedule") == schedule and "routed" in r.get("add_per_layer_us", {})}
+    checked, misses, missing = 0, [], []
+    for m in ms:
+        added = rows.get(m)
+        limit = bound(m, added) if added is not None else None
+        if limit is None:
+            missing.append(f"M={m}: not measured" if added is None else f"M={m}: no {what} column")
+            continue
+        checked += 1
+        if added["routed"] > limit:
+            misses.append((added["routed"] / limit, f"M={m}: routed adds {added['routed']:.2f} us > {limit:.2f} "
+                                                    f"({', '.join(f'{c} {v:.2f}' for c, v in added.items())})"))
+    return _verdict(f"region, {schedule}: {name}", checked, misses, missing, "M")
+
+
+def region_targets(region: list[dict], noise: float = 0.01) -> list[Verdict]:
+    """Issue 15's region targets, at the M values ``bench --region`` measures by default."""
+    def times(col: str, f: float) -> Callable[[int, dict], Optional[float]]:
+        return lambda m, added: f * added[col] if col in added else None
+
+    ms = (1, 2, 4, 8, 16, 32, 64)
+    return [
+        region_added(region, "overlapped", ms, f"routed never adds more than torch (+{noise:.0%} noise)",
+                     times("torch", 1 + noise), "torch"),
+        region_added(region, "overlapped", ms, "routed adds <= 0.7x what torch adds", times("torch", 0.7), "torch"),
+        region_added(region, "overlapped", ms[:-1], "routed adds <= 2.5 us per layer at M 1-8, <= 3.2 at M 16-32",
+                     lambda m, added: 2.5 if m <= 8 else 3.2, ""),
+        region_added(region, "serial", ms[:-1], "routed adds <= 0.9x what vLLM's ll_bf16 (best config) adds",
+                     times("vllm_ll", 0.9), "vllm_ll"),
+    ]
+
+
 def fuzz_clean(fuzz: dict) -> Verdict:
     s = fuzz.get("summary", {})
     name = "fuzz: random shapes through the routed call, all exact"
@@ -212,7 +249,8 @@ def load(paths: list[str]) -> dict[str, object]:
     files = []
     for p in paths:
         if os.path.isdir(p):
-            for name in ("bench.json", "bench_det.json", "bench_eager.json", "bench_decode.json", "fuzz.json"):
+            for name in ("bench.json", "bench_det.json", "bench_eager.json", "bench_decode.json", "bench_region.json",
+                         "fuzz.json"):
                 if os.path.exists(os.path.join(p, name)):
                     files.append(os.path.join(p, name))
         else:
@@ -234,9 +272,11 @@ def check(data: dict[str, object], noise: float = 0.01) -> list[Verdict]:
     det = data.get("deterministic") or []
     eager = data.get("eager") or []
     decode = data.get("decode") or []
+    region = data.get("region") or []
     out = [routed_vs_peers(graph), routed_absolute(graph, 1024, 8, 6.0), routed_absolute(graph, 2560, 32, 11.0),
            never_slower_than_torch(graph, noise), deterministic_vs_cutedsl(det, noise), decode_add(decode),
            eager_vs_torch(eager), fallback_added(eager),
+           *region_targets(region, noise),  # type: ignore[arg-type]
            precision({k: v for k, v in data.items() if k != "fuzz"})]  # type: ignore[misc]
     if "fuzz" in data:
         out.append(fuzz_clean(data["fuzz"]))  # type: ignore[arg-type]
