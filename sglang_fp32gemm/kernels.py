@@ -115,8 +115,9 @@ class KernelCache:
         return run
 
     def warm(self, bound: Bound, device: torch.device, m: int, n: int, k: int) -> None:
-        """Run ``bound`` once at M on zeroed inputs, outside capture (a failure disables it): a kernel that
-        is not ``eager_ok`` would otherwise first run at this M inside a capture, where per-M setup cannot."""
+        """Run ``bound`` once at M on zeroed inputs, outside capture (a failure disables it): a kernel whose
+        eager calls go elsewhere would otherwise first run at this M inside a capture, where per-M setup
+        (a compile) cannot."""
         x = torch.zeros((m, k), dtype=torch.bfloat16, device=device)
         w = torch.zeros((n, k), dtype=torch.bfloat16, device=device)
         self.guard(bound)(x, w)

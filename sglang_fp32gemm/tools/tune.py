@@ -72,7 +72,8 @@ from sglang_fp32gemm.tools.cli import Parser, positive_int
 from sglang_fp32gemm.tools.precompile import precompile
 from sglang_fp32gemm.tools.progress import Progress
 from sglang_fp32gemm.tools.stopping import Budget, Stop
-from sglang_fp32gemm.tools.tune_rows import ShapeResult, build_eager_rows, build_rows, cutedsl_compiles, wins
+from sglang_fp32gemm.tools.tune_rows import (ShapeResult, build_eager_rows, build_rows, cutedsl_compiles,
+                                              eager_row, wins)
 from sglang_fp32gemm.tools.tuner import RANKS, Tuner, gather_candidates, parse_caps
 
 M_DEFAULT = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
@@ -130,10 +131,11 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
     def write_tables() -> tuple[list[TunedRow], list[TunedRow], list[TunedRow]]:
         fast = build_rows(results, key, grid, args.min_gain, False, not args.no_pin_torch)
         det = build_rows(results, key, grid, args.min_gain, True, not args.no_pin_torch)
-        eager = build_eager_rows(results, key, args.min_gain) if args.rank != "isolated" else []
         common.write_text(out, format_rows(fast))
         common.write_text(out_det, format_rows(det))
-        if args.rank != "isolated":
+        eager: list[TunedRow] = []
+        if args.rank != "isolated":  # ranked alone, the fast table serves eager calls as they are
+            eager = build_eager_rows(results, key, args.min_gain)
             common.write_text(out_eager, format_rows(eager))
         return fast, det, eager
 
@@ -186,7 +188,7 @@ def _shape_record(r: ShapeResult, min_gain: float) -> dict:
            if r.bucket else None, "timed": r.timed, "rejected": r.rejected}
     for tag, p, t in (("fast", r.fast, r.torch_us), ("det", r.det, r.torch_us), ("eager", r.eager, r.torch_alone_us)):
         if p is not None:
-            row = wins(p, t, min_gain) and (tag != "eager" or not wins(r.fast, r.torch_us, min_gain))
+            row = eager_row(r, min_gain) if tag == "eager" else wins(p, t, min_gain)
             rec[tag] = {"backend": p.backend, "kernel": p.kernel, "us": round(p.us, 3), "rel_err": p.rel_err,
                         "speedup": round(t / p.us, 3), "row": row}
     return rec

@@ -77,14 +77,15 @@ def build_rows(results: Iterable[ShapeResult], key, grid: Iterable[int], min_gai
     return rows
 
 
+def eager_row(r: ShapeResult, min_gain: float) -> bool:
+    """Whether the shape gets an eager-table row: the fast table's row is torch (the ranked winner) and
+    the fastest kernel alone with a cheap eager launch beats torch alone."""
+    return not wins(r.fast, r.torch_us, min_gain) and wins(r.eager, r.torch_alone_us, min_gain)
+
+
 def build_eager_rows(results: Iterable[ShapeResult], key, min_gain: float) -> list[TunedRow]:
-    """The eager table: where the fast table's row is torch (the ranked winner), the fastest kernel alone
-    with a cheap eager launch, if it beats torch alone; eager calls run on one stream, without a graph."""
-    rows = []
-    for r in results:
-        p = r.eager
-        if not wins(r.fast, r.torch_us, min_gain) and wins(p, r.torch_alone_us, min_gain):
-            rows.append(_row(key, r, p))
+    """The eager table (eager calls run on one stream, without a graph): ``eager_row`` shapes."""
+    rows = [_row(key, r, r.eager) for r in results if eager_row(r, min_gain)]
     rows.sort(key=lambda row: (row.N, row.K, row.M))
     return rows
 
