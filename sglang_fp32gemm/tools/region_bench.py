@@ -119,8 +119,8 @@ def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int) -> dict:
     rec: dict[str, Any] = {"model": spec.name, "M": m, "N": "/".join(str(n) for n, _ in region.fp32_shapes(spec)),
                            "K": spec.hidden, "schedule": schedule, "layers": L, "step_us": {},
                            "add_per_layer_us": {}, "rel_err": {}, "allclose": {}, "kernel": {}, "note": {}}
-    if schedule == "overlapped" and m > region.MULTI_STREAM_BS_LIMIT_HOPPER:
-        rec["note"]["schedule"] = f"SGLang runs M > {region.MULTI_STREAM_BS_LIMIT_HOPPER} serially on Hopper"
+    if schedule == "overlapped" and region.schedule_for(m, bench.device) == "serial":
+        rec["note"]["schedule"] = f"SGLang runs M={m} serially on this device (above its multi-stream limit)"
     modes = _fp32_modes(bench, ctx, m, rec)
     holder: dict = {}
     placeholders = {n: torch.zeros(m, n, device=bench.device) for n, _ in region.fp32_shapes(spec)}
