@@ -1,4 +1,4 @@
-"""python -m sglang_fp32gemm {explain,demo,bench,tune,fuzz} [options]"""
+"""python -m sglang_fp32gemm {explain,demo,bench,tune,fuzz,joint} [options]"""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ COMMANDS = {
     "bench": "time torch, the routed call and every backend alone on this GPU (CUDA-graph replay)",
     "tune": "time every backend's candidate kernels and torch on this GPU; write the two tuned tables",
     "fuzz": "random shapes through the routed call against float64 (GPU)",
+    "joint": "time the tables' kernels together in SGLang's decode region; torch rows where they lose (GPU)",
 }
 
 
@@ -47,7 +48,8 @@ def _explain(argv: list[str]) -> int:
 
 
 _MODULES = {"demo": "sglang_fp32gemm.demo", "bench": "sglang_fp32gemm.tools.bench",
-            "tune": "sglang_fp32gemm.tools.tune", "fuzz": "sglang_fp32gemm.tools.fuzz"}
+            "tune": "sglang_fp32gemm.tools.tune", "fuzz": "sglang_fp32gemm.tools.fuzz",
+            "joint": "sglang_fp32gemm.tools.joint"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -149,3 +149,22 @@ def test_bench_every_mode_on_the_gpu(tmp_path, plain_router):
 def test_precompile_workers_report_failures_without_stopping():
     got = precompile.precompile([("no-such-backend", "k", 1, 512, 4096)], workers=2)
     assert got["jobs"] == 1 and got["done"] == 1 and got["failed"] == 1
+
+
+@cuda
+def test_joint_times_every_subset_of_the_routed_shapes_on_the_gpu(tmp_path):
+    from sglang_fp32gemm.table import TunedTables
+    from sglang_fp32gemm.tools import joint
+
+    out, eager, js = tmp_path / "j.csv", tmp_path / "j_eager.csv", tmp_path / "j.json"
+    argv = ["--model", "flash", "--m", "1", "--rounds", "1", "--replays", "3", "--out", str(out),
+            "--out-eager", str(eager), "--json", str(js)]
+    assert joint.main(argv) == 0
+    rec = json.load(open(js))["results"][0]
+    assert rec["schedule"] == "overlapped" and len(rec["added_per_layer_us"]) == 2 ** len(rec["routed"])
+    # 43 layers' worth of GEMMs: each subset adds something, and less than a millisecond per layer
+    assert all(0 < v < 1000 for v in rec["added_per_layer_us"].values()), rec
+    assert set(rec["kept"]) | set(rec["dropped"]) == {int(n) for n in rec["routed"]}
+    t = TunedTables.load([str(out), str(eager)])  # what it wrote loads as a fast and an eager table
+    mine = [r for r in t.fast.rows() if r.source.startswith(str(out))]
+    assert sorted(r.N for r in mine) == sorted(rec["dropped"]) and all(r.libtype == "torch" for r in mine)

@@ -37,7 +37,7 @@ class ShapeResult:
     torch_alone_us: float = 0.0   # torch's time alone (torch_us is the rank's)
 
 
-def _row(key, r: ShapeResult, p: Optional[Pick]) -> TunedRow:
+def table_row(key, r: ShapeResult, p: Optional[Pick]) -> TunedRow:
     """The row for ``p``, or a torch pin (at torch's time) when ``p`` is None."""
     m, n, k = r.m, r.n, r.k
     flops = 2 * m * n * k
@@ -64,15 +64,15 @@ def build_rows(results: Iterable[ShapeResult], key, grid: Iterable[int], min_gai
     for (n, k), per_m in sorted(by_nk.items()):
         fast = {m: r for m, r in per_m.items() if wins(r.det if deterministic else r.fast, r.torch_us, min_gain)}
         for m, r in fast.items():
-            rows.append(_row(key, r, r.det if deterministic else r.fast))
+            rows.append(table_row(key, r, r.det if deterministic else r.fast))
         if pin_torch:
             # Every tuned M that torch won gets its torch row, so that this table, laid over
             # another (SGLANG_FLYDSL_FP32_GEMM_CONFIG), also overrides that table's row there.
             for m in sorted(set(per_m) - set(fast)):
-                rows.append(_row(key, per_m[m], None))
+                rows.append(table_row(key, per_m[m], None))
             for m in torch_pins(grid, fast):
                 if m not in per_m:  # not reached within the budget: pinned without a time
-                    rows.append(_row(key, ShapeResult(m, n, k, 0.0, [], None, None), None))
+                    rows.append(table_row(key, ShapeResult(m, n, k, 0.0, [], None, None), None))
     rows.sort(key=lambda row: (row.N, row.K, row.M))
     return rows
 
@@ -85,7 +85,7 @@ def eager_row(r: ShapeResult, min_gain: float) -> bool:
 
 def build_eager_rows(results: Iterable[ShapeResult], key, min_gain: float) -> list[TunedRow]:
     """The eager table (eager calls run on one stream, without a graph): ``eager_row`` shapes."""
-    rows = [_row(key, r, r.eager) for r in results if eager_row(r, min_gain)]
+    rows = [table_row(key, r, r.eager) for r in results if eager_row(r, min_gain)]
     rows.sort(key=lambda row: (row.N, row.K, row.M))
     return rows
 

@@ -1,0 +1,213 @@
+"""``joint``: time the tables' kernels together where SGLang runs them; put torch back where they lose.
+
+The tuner ranks one shape at a time (``tune --rank region``) with the step's other
+fp32 GEMMs left out. SGLang's decode step runs all of them, and kernels that each
+win alone can lose together: in run 12b the routed V4-Pro step at M=2 added
+9.9 us per layer against torch's 4.7. For each model and M, this times the
+region step (tools/region.py; overlapped up to SGLang's multi-stream limit,
+serial above) once without the fp32 GEMMs and once per subset of the shapes
+the fast table routes to a kernel: those on their routed kernel, the rest on
+torch. ``--rounds`` interleaved rounds; medians count. The fastest subset is
+kept where it adds at least ``--min-gain`` less than all-torch, else none is.
+
+Each routed shape left out gets a libtype torch row at that M in ``--out``
+(laid over the tables through SGLANG_FLYDSL_FP32_GEMM_CONFIG, it overrides
+them there) and, where eager calls ran a kernel, a row in ``--out-eager`` so
+that they still do (eager calls run on one stream, as the kernel was ranked
+alone). The deterministic table is not changed. Every time goes to ``--json``.
+
+    python -m sglang_fp32gemm joint --out sm90_joint.csv --out-eager sm90_joint_eager.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import statistics
+import sys
+from typing import Optional, Sequence
+
+import torch
+
+from sglang_fp32gemm import exactness
+from sglang_fp32gemm.table import DeviceKey, TunedRow, format_rows
+from sglang_fp32gemm.tools import common, region, timing
+from sglang_fp32gemm.tools.bench_measure import Bench, set_deterministic
+from sglang_fp32gemm.tools.cli import Parser, parse_ints, positive_int
+from sglang_fp32gemm.tools.tune_rows import ShapeResult, table_row
+
+DEFAULT_M = "1,2,4,8,16,32,48,64"
+
+
+def subsets(ns: Sequence[int]) -> list[frozenset]:
+    """Every subset of ``ns``, the empty one (all torch) first."""
+    ns = sorted(ns)
+    return [frozenset(c) for r in range(len(ns) + 1) for c in itertools.combinations(ns, r)]
+
+
+def choose(added: dict[frozenset, float], min_gain: float) -> frozenset:
+    """The subset whose step adds least (fewer kernels on a tie), where it adds at least
+    ``min_gain`` less than all-torch (the empty subset); else the empty subset."""
+    none = frozenset()
+    best = min(added, key=lambda s: (added[s], len(s)))
+    return best if added[best] <= added[none] * (1 - min_gain) else none
+
+
+@dataclasses.dataclass
+class Routed:
+    """One shape the fast table sends to a kernel at this M, and where its eager calls go."""
+
+    n: int
+    row: TunedRow
+    kernel: str
+    eager_row: Optional[TunedRow]  # the row eager calls run (None: torch)
+
+
+def overlay(m: int, k: int, dropped: Sequence[Routed], torch_call_us: float) -> tuple[list[TunedRow], list[TunedRow]]:
+    """(torch rows, eager rows) for the routed shapes the joint check drops at ``m``."""
+    fast, eager = [], []
+    for r in dropped:
+        key = DeviceKey(r.row.gfx, r.row.cu_num)
+        fast.append(table_row(key, ShapeResult(m, r.n, k, torch_call_us, [], None, None), None))
+        if r.eager_row is not None:
+            eager.append(dataclasses.replace(r.eager_row, M=m, source=""))
+    return fast, eager
+
+
+def routed_shapes(router, plans: list, weights: list, x: torch.Tensor) -> list[Routed]:
+    """The step's fp32 shapes the fast table routes to a kernel when captured at x's M (resolving them)."""
+    out, seen = [], set()
+    for steps, w in zip(plans, weights):
+        for s in steps:
+            if s.kind != region.GEMM_FP32 or s.n in seen:
+                continue
+            seen.add(s.n)
+            e = router.decide(x, w[s.name], captured=True)
+            if e.run is None:
+                continue
+            ea = e.eager if e.eager is not None else e
+            out.append(Routed(s.n, e.row, e.detail, ea.row if ea.run is not None else None))
+    return sorted(out, key=lambda r: r.n)
+
+
+@dataclasses.dataclass
+class Ctx:
+    """What one model's steps need, made once for every M."""
+
+    spec: region.ModelSpec
+    weights: list
+    streams: region.Streams
+    device: torch.device
+    timer: object
+    torch_fn: object
+
+
+def measure(ctx: Ctx, m: int, rounds: int, replays: int, min_gain: float) -> dict:
+    """One (model, M): every subset timed, the choice, and the rows it writes."""
+    from sglang_fp32gemm import routing
+
+    spec, dev = ctx.spec, ctx.device
+    schedule = region.schedule_for(m, dev)
+    plans = region.plan(spec, schedule)
+    x = exactness.random_bf16(m, spec.hidden, device=dev)
+    shapes = [n for n, _ in region.fp32_shapes(spec)]
+    holes = {n: torch.zeros(m, n, device=dev) for n in shapes}
+    kept: list = []
+
+    def step_of(gemm):
+        def step():
+            outs, _, keep = region.run_layers(plans, ctx.weights, x, gemm, ctx.streams, holes)
+            kept[:] = keep  # alive until the capture ends: no block is reused under another stream
+            return outs
+        return step
+
+    routed = routed_shapes(routing.get_router(), plans, ctx.weights, x)
+    subs = subsets([r.n for r in routed])
+    gemm = {s: {n: Bench.routed if n in s else ctx.torch_fn for n in shapes} for s in subs}
+    times: dict = {s: [] for s in [None] + subs}
+    for _ in range(rounds):
+        for s in times:
+            times[s].append(ctx.timer.step(step_of(None if s is None else gemm[s]), replays)[0])
+    kept.clear()
+    base = statistics.median(times.pop(None))
+    added = {s: (statistics.median(t) - base) / spec.layers for s, t in times.items()}
+    keep = choose(added, min_gain)
+    dropped = [r for r in routed if r.n not in keep]
+    torch_call_us = added[frozenset()] * spec.layers / region.fp32_calls(spec)
+    fast, eager = overlay(m, spec.hidden, dropped, torch_call_us)
+    return {"model": spec.name, "M": m, "K": spec.hidden, "schedule": schedule, "base_step_us": round(base, 2),
+            "routed": {str(r.n): r.kernel for r in routed},
+            "added_per_layer_us": {_name(s): round(v, 3) for s, v in added.items()},
+            "rounds_step_us": {_name(s): [round(t, 2) for t in v] for s, v in times.items()},
+            "kept": sorted(keep), "dropped": [r.n for r in dropped],
+            "rows": [r.to_csv_fields() for r in fast], "eager_rows": [r.to_csv_fields() for r in eager],
+            "_rows": (fast, eager)}
+
+
+def _name(s) -> str:
+    return "+".join(str(n) for n in sorted(s)) or "torch"
+
+
+def line(rec: dict) -> str:
+    a = rec["added_per_layer_us"]
+    kept, every = _name(rec["kept"]), _name(int(n) for n in rec["routed"])
+    return (f"{rec['model']} M={rec['M']} {rec['schedule']}: added per layer torch {a['torch']:.2f}, "
+            f"as routed ({every}) {a[every]:.2f}, kept {kept} {a[kept]:.2f}"
+            + (f"; torch rows for N={','.join(str(n) for n in rec['dropped'])}" if rec["dropped"] else ""))
+
+
+def run(args: argparse.Namespace, device=None, timer=None) -> int:
+    device = device or torch.device("cuda")
+    set_deterministic(False)  # the fast table: what the router serves by default
+    recs, fast, eager = [], [], []
+    for name in args.model:
+        spec = region.MODELS[name]
+        ctx = Ctx(spec, region.make_weights(spec, device), region.Streams(device), device,
+                  timer or timing.CudaTimer(), timing.torch_fn(device))
+        for m in args.m:
+            rec = measure(ctx, m, args.rounds, args.replays, args.min_gain)
+            f, e = rec.pop("_rows")
+            fast += f
+            eager += e
+            recs.append(rec)
+            print(line(rec), flush=True)
+            common.write_text(args.out, format_rows(fast))
+            if args.out_eager:
+                common.write_text(args.out_eager, format_rows(eager))
+            if args.json:
+                common.write_json(args.json, {"argv": sys.argv, "versions": common.versions(), "results": recs})
+    print(f"wrote {len(fast)} torch rows to {args.out}"
+          + (f", {len(eager)} rows to {args.out_eager}" if args.out_eager else ""), flush=True)
+    return 0
+
+
+def parser() -> Parser:
+    ap = Parser("python -m sglang_fp32gemm joint", __doc__)
+    ap.add_argument("--model", type=lambda t: [s for s in t.split(",") if s], default=["pro", "flash"],
+                    help="region models, e.g. pro,flash (default both)")
+    ap.add_argument("--m", type=parse_ints, default=parse_ints(DEFAULT_M), help=f"M values (default {DEFAULT_M})")
+    ap.add_argument("--rounds", type=positive_int, default=3)
+    ap.add_argument("--replays", type=positive_int, default=15)
+    ap.add_argument("--min-gain", type=float, default=0.02,
+                    help="keep kernels only where the step adds this much less than all-torch (default 2%%)")
+    ap.add_argument("--out", required=True, help="the torch rows (a fast table to lay over the others)")
+    ap.add_argument("--out-eager", default=None, help="the eager rows (name it *_eager.csv)")
+    ap.add_argument("--json", default=None, help="every time, per model and M")
+    return ap
+
+
+def main(argv: list[str] | None = None, device=None, timer=None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    bad = [m for m in args.model if m not in region.MODELS]
+    if bad:
+        ap.error(f"--model: unknown model {bad[0]} (one of {', '.join(region.MODELS)})")
+    if device is None and not torch.cuda.is_available():
+        print("joint needs a CUDA GPU", file=sys.stderr)
+        return 2
+    return run(args, device, timer)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
