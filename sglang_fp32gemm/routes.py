@@ -189,7 +189,8 @@ class RouteTable:
         and that kernel's backend is eager_ok; None: eager calls follow the fast table."""
         table = self.config.eager_table
         erow = table.lookup(dev, m, n, k) if table is not None and not self.deterministic else None
-        if erow is None or (erow.libtype, erow.kernelName) == (row.libtype, row.kernelName):
+        # Only the eager row of the fast row's own M: another M's (reached by rounding up) was made for that row.
+        if erow is None or erow.M != row.M or (erow.libtype, erow.kernelName) == (row.libtype, row.kernelName):
             return None
         alt = self._plan_row(erow, m, n, k, check_available)
         if alt.backend is not None and not alt.backend.eager_ok:

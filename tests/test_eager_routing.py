@@ -234,6 +234,21 @@ def test_the_eager_table_sends_eager_calls_of_a_torch_row_to_its_kernel(capture)
         f"torch ({TORCH.format(2)}); eager calls: fast {FAKE_KERNEL} (row fake_eager.csv:2)"
 
 
+def test_an_eager_row_serves_only_the_fast_rows_own_m(capture):
+    """Rounded up, M=2 reaches the eager table's M=16 row, which was made for the fast table's torch row
+    at 16 (M 3-16): eager calls of the kernel row at M=2 keep that kernel; those of M=3 take the eager row."""
+    from fakes.fake_backends import rows_csv
+    from sglang_fp32gemm.table import TunedTable, parse_csv
+
+    table = TunedTable([("fake.csv", parse_csv(rows_csv([(2, N, K)]), "fake.csv")),
+                        ("pins.csv", parse_csv(rows_csv([(16, N, K)], libtype="torch", kernel=""), "pins.csv"))])
+    r = make_router([fast()], table=table, eager_table=eager_rows((16, N, K, OTHER_KERNEL)))
+    w = rand_bf16(N, K)
+    assert _call(r, 2, w, False, capture) == ("fast", FAKE_KERNEL)
+    assert _call(r, 3, w, False, capture) == ("fast", OTHER_KERNEL)
+    assert _call(r, 3, w, True, capture) == ("torch", "row pins.csv:2: libtype torch is served by torch")
+
+
 def test_the_eager_table_is_left_out_where_it_cannot_help(capture):
     """Deterministic mode; an eager row naming the table's own kernel; an eager row whose backend
     launches slowly outside a graph (the rule for such rows applies instead)."""
