@@ -205,9 +205,14 @@ def test_candidates_hold_the_shipped_sm90_triton_winners_at_m_le_32():
     rows = [r for t in (tables.fast, tables.deterministic, tables.eager) for r in t.rows()
             if r.libtype == "triton" and r.M <= 32]
     assert rows
+    # `joint` copies into the eager table the kernel eager calls already ran: another M's row of the shape.
+    named = {(r.N, r.K, r.kernelName) for t in (tables.fast, tables.deterministic) for r in t.rows()}
     for r in rows:
         be = TritonSplitKBackend() if r.kernelName.startswith("triton_splitk_") else TritonEpochBackend()
         cfg = be.parse(r.kernelName)
+        assert be.supports(cfg, r.M, r.N, r.K) == (True, "ok"), r
+        if r.source.startswith("configs/sm90_eager.csv") and (r.N, r.K, r.kernelName) in named:
+            continue
         assert cfg in be.candidates(r.M, r.N, r.K) or (cfg.pdl and replace(cfg, pdl=False) in be.candidates(r.M, r.N, r.K)), r
 
 
