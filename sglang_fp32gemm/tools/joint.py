@@ -8,7 +8,7 @@ region step (tools/region.py; overlapped up to SGLang's multi-stream limit,
 serial above) once without the fp32 GEMMs and once per subset of the shapes
 the fast table routes to a kernel: those on their routed kernel, the rest on
 torch. ``--rounds`` interleaved rounds; medians count. The fastest subset is
-kept where it adds at least ``--min-gain`` less than all-torch, else none is.
+kept where it adds at least ``--min-gain`` (5%) less than all-torch, else none is.
 
 Each routed shape left out gets a libtype torch row at that M in ``--out``
 (laid over the tables through SGLANG_FLYDSL_FP32_GEMM_CONFIG, it overrides
@@ -189,8 +189,9 @@ def parser() -> Parser:
     ap.add_argument("--m", type=parse_ints, default=parse_ints(DEFAULT_M), help=f"M values (default {DEFAULT_M})")
     ap.add_argument("--rounds", type=positive_int, default=3)
     ap.add_argument("--replays", type=positive_int, default=15)
-    ap.add_argument("--min-gain", type=float, default=0.02,
-                    help="keep kernels only where the step adds this much less than all-torch (default 2%%)")
+    # 5%: between device calls the overlapped region varies by several percent (H200 run 12).
+    ap.add_argument("--min-gain", type=float, default=0.05,
+                    help="keep kernels only where the step adds this much less than all-torch (default 5%%)")
     ap.add_argument("--out", required=True, help="the torch rows (a fast table to lay over the others)")
     ap.add_argument("--out-eager", default=None, help="the eager rows (name it *_eager.csv)")
     ap.add_argument("--json", default=None, help="every time, per model and M")
