@@ -2,8 +2,8 @@
 
 The tuner ranks one shape at a time (``tune --rank region``) with the step's other
 fp32 GEMMs left out. SGLang's decode step runs all of them, and kernels that each
-win alone can lose together: in run 12b the routed V4-Pro step at M=2 added
-9.9 us per layer against torch's 4.7. For each model and M, this times the
+win alone can lose together (H200 run 12c: V4-Flash's routed step at M=1 added
+4.05 us per layer against torch's 2.90). For each model and M, this times the
 region step (tools/region.py; overlapped up to SGLang's multi-stream limit,
 serial above) once without the fp32 GEMMs and once per subset of the shapes
 the fast table routes to a kernel: those on their routed kernel, the rest on
