@@ -550,9 +550,11 @@ def synthetic(tmp_path, *, slow=None, imprecise=None, eager_factor=1.0, fallback
               for m in (1, 2, 4, 8, 16, 32, 64)]
     region += [{"model": "pro", "M": m, "N": "512/1024/2048", "K": 7168, "schedule": "serial",
                 "add_per_layer_us": {"torch": 15.0, "routed": 8.9, "vllm_ll": 10.0}} for m in (1, 2, 4, 8, 16, 32)]
-    if region_m4 is not None:  # what routed adds at M=4, overlapped and serial
+    region += [{"model": "flash", "M": m, "N": "512/1024/2048", "K": 4096, "schedule": "overlapped",
+                "add_per_layer_us": {"torch": 3.0, "routed": 3.0}} for m in (1, 2, 4, 8, 16, 32, 64)]
+    if region_m4 is not None:  # what routed adds at M=4 in V4-Pro's region, overlapped and serial
         for r in region:
-            if r["M"] == 4:
+            if r["M"] == 4 and r["model"] == "pro":
                 r["add_per_layer_us"]["routed"] = region_m4
     for name, mode, res in (("bench.json", "graph", graph), ("bench_det.json", "deterministic", det),
                             ("bench_eager.json", "eager", eager), ("bench_decode.json", "decode", decode),
@@ -572,7 +574,7 @@ def test_targets_all_pass_on_a_run_that_meets_them(tmp_path, capsys):
     assert targets.main([path]) == 0
     out = capsys.readouterr().out
     assert not [line for line in out.splitlines() if line.startswith(("FAIL", "NODATA"))]
-    assert out.rstrip().endswith("targets: 14 PASS, 0 FAIL, 0 NODATA")
+    assert out.rstrip().endswith("targets: 15 PASS, 0 FAIL, 0 NODATA")
 
 
 def test_targets_fail_with_the_numbers(tmp_path, capsys):
@@ -601,6 +603,7 @@ def test_region_targets_fail_with_the_numbers_and_say_what_was_not_measured(tmp_
     assert "M=4: routed adds 6.00 us > 2.50" in out
     assert "M=4: routed adds 6.00 us > 9.00 (torch 15.00, routed 6.00" not in out  # serial 6.0 <= 9.0
     assert "PASS   region, serial" in out
+    assert "PASS   region (flash), overlapped: routed never adds more than torch (+1% noise): all 7 M met" in out
     r = json.load(open(os.path.join(path, "bench_region.json")))
     r["results"] = [x for x in r["results"] if x["M"] != 2]
     for x in r["results"]:
@@ -610,6 +613,13 @@ def test_region_targets_fail_with_the_numbers_and_say_what_was_not_measured(tmp_
     assert verdicts["region, overlapped: routed never adds more than torch (+1% noise)"].status == "FAIL"  # M=4
     serial = verdicts["region, serial: routed adds <= 0.9x what vLLM's ll_bf16 (best config) adds"]
     assert serial.status == "NODATA" and "M=2: not measured" in serial.misses and "M=1: no vllm_ll column" in serial.misses
+    for x in r["results"]:
+        if x["model"] == "flash" and x["M"] == 16:
+            x["add_per_layer_us"]["routed"] = 3.3  # 10% over torch's 3.0
+    (tmp_path / "bench_region.json").write_text(json.dumps(r))
+    flash = {v.name: v for v in targets.check(targets.load([path]))}[
+        "region (flash), overlapped: routed never adds more than torch (+1% noise)"]
+    assert flash.status == "FAIL" and flash.misses == ["M=16: routed adds 3.30 us > 3.03 (torch 3.00, routed 3.30)"]
 
 
 def test_targets_nodata_when_a_shape_or_column_is_missing(tmp_path):

@@ -199,11 +199,11 @@ def precision(files: dict[str, list[dict]]) -> Verdict:
 
 
 def region_added(region: list[dict], schedule: str, ms: tuple[int, ...], name: str,
-                 bound: Callable[[int, dict], Optional[float]], what: str) -> Verdict:
-    """One target on what the fp32 GEMMs add per layer in V4-Pro's region model (issue 15):
+                 bound: Callable[[int, dict], Optional[float]], what: str, model: str = "pro") -> Verdict:
+    """One target on what the fp32 GEMMs add per layer in a region model (V4-Pro unless named; issue 15):
     ``bound(m, added)`` is the most ``routed`` may add at M (None: that M lacks the ``what`` column)."""
     rows = {r["M"]: r["add_per_layer_us"] for r in region
-            if r.get("model") == "pro" and r.get("schedule") == schedule and "routed" in r.get("add_per_layer_us", {})}
+            if r.get("model") == model and r.get("schedule") == schedule and "routed" in r.get("add_per_layer_us", {})}
     checked, misses, missing = 0, [], []
     for m in ms:
         added = rows.get(m)
@@ -215,7 +215,8 @@ def region_added(region: list[dict], schedule: str, ms: tuple[int, ...], name: s
         if added["routed"] > limit:
             misses.append((added["routed"] / limit, f"M={m}: routed adds {added['routed']:.2f} us > {limit:.2f} "
                                                     f"({', '.join(f'{c} {v:.2f}' for c, v in added.items())})"))
-    return _verdict(f"region, {schedule}: {name}", checked, misses, missing, "M")
+    label = "" if model == "pro" else f" ({model})"
+    return _verdict(f"region{label}, {schedule}: {name}", checked, misses, missing, "M")
 
 
 def region_targets(region: list[dict], noise: float = 0.01) -> list[Verdict]:
@@ -227,6 +228,9 @@ def region_targets(region: list[dict], noise: float = 0.01) -> list[Verdict]:
     return [
         region_added(region, "overlapped", ms, f"routed never adds more than torch (+{noise:.0%} noise)",
                      times("torch", 1 + noise), "torch"),
+        # A shape's winner must never lose to torch in the region: V4-Flash's too (K=4096).
+        region_added(region, "overlapped", ms, f"routed never adds more than torch (+{noise:.0%} noise)",
+                     times("torch", 1 + noise), "torch", model="flash"),
         region_added(region, "overlapped", ms, "routed adds <= 0.7x what torch adds", times("torch", 0.7), "torch"),
         region_added(region, "overlapped", ms[:-1], "routed adds <= 2.5 us per layer at M 1-8, <= 3.2 at M 16-32",
                      lambda m, added: 2.5 if m <= 8 else 3.2, ""),
