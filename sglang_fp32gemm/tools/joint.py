@@ -112,24 +112,15 @@ def measure(ctx: Ctx, m: int, rounds: int, replays: int, min_gain: float) -> dic
     plans = region.plan(spec, schedule)
     x = exactness.random_bf16(m, spec.hidden, device=dev)
     shapes = [n for n, _ in region.fp32_shapes(spec)]
-    holes = {n: torch.zeros(m, n, device=dev) for n in shapes}
-    kept: list = []
-
-    def step_of(gemm):
-        def step():
-            outs, _, keep = region.run_layers(plans, ctx.weights, x, gemm, ctx.streams, holes)
-            kept[:] = keep  # alive until the capture ends: no block is reused under another stream
-            return outs
-        return step
-
+    steps = region.Steps(spec, plans, ctx.weights, x, ctx.streams)
     routed = routed_shapes(routing.get_router(), plans, ctx.weights, x)
     subs = subsets([r.n for r in routed])
     gemm = {s: {n: Bench.routed if n in s else ctx.torch_fn for n in shapes} for s in subs}
     times: dict = {s: [] for s in [None] + subs}
     for _ in range(rounds):
         for s in times:
-            times[s].append(ctx.timer.step(step_of(None if s is None else gemm[s]), replays)[0])
-    kept.clear()
+            times[s].append(ctx.timer.step(steps.of(None if s is None else gemm[s]), replays)[0])
+    steps.release()
     base = statistics.median(times.pop(None))
     added = {s: (statistics.median(t) - base) / spec.layers for s, t in times.items()}
     keep = choose(added, min_gain)

@@ -292,3 +292,27 @@ def run_layers(plans: Sequence[Sequence[Step]], weights: Sequence[dict[str, torc
             t[s.name] = out
             keep.append(out)
     return fp32, where, keep
+
+
+class Steps:
+    """Graph-capturable steps of one region at x's M, for ``CudaTimer.step``: ``of(gemm)`` issues every
+    layer of ``plans`` (``gemm`` as in ``run_layers``) and returns the fp32 outputs. The last step's
+    ``where`` (the outputs' (layer, name)) and ``keep`` (every other tensor it made) stay until
+    ``release()``, so that no block is freed and reused under another stream while a capture runs."""
+
+    def __init__(self, spec: ModelSpec, plans: Sequence[Sequence[Step]], weights: Sequence[dict[str, torch.Tensor]],
+                 x: torch.Tensor, streams: Streams) -> None:
+        self.plans, self.weights, self.x, self.streams = plans, weights, x, streams
+        self.placeholders = {n: torch.zeros(x.shape[0], n, device=x.device) for n, _ in fp32_shapes(spec)}
+        self.where: list[tuple[int, str]] = []
+        self.keep: list[torch.Tensor] = []
+
+    def of(self, gemm: Gemm) -> Callable[[], list[torch.Tensor]]:
+        def step() -> list[torch.Tensor]:
+            fp32, self.where, self.keep = run_layers(self.plans, self.weights, self.x, gemm, self.streams,
+                                                     self.placeholders)
+            return fp32
+        return step
+
+    def release(self) -> None:
+        self.where, self.keep = [], []

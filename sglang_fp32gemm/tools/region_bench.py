@@ -122,20 +122,11 @@ def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int) -> dict:
     if schedule == "overlapped" and region.schedule_for(m, bench.device) == "serial":
         rec["note"]["schedule"] = f"SGLang runs M={m} serially on this device (above its multi-stream limit)"
     modes = _fp32_modes(bench, ctx, m, rec)
-    holder: dict = {}
-    placeholders = {n: torch.zeros(m, n, device=bench.device) for n, _ in region.fp32_shapes(spec)}
-
-    def step_of(gemm):
-        def step():
-            fp32, where, keep = region.run_layers(ctx.plans[schedule], ctx.weights, x, gemm, ctx.streams,
-                                                  placeholders)
-            holder.update(where=where, keep=keep)  # alive until the capture ends
-            return fp32
-        return step
+    steps = region.Steps(spec, ctx.plans[schedule], ctx.weights, x, ctx.streams)
 
     def timed(name: str, gemm, before=None) -> Optional[tuple[float, list]]:
         try:
-            return bench.timer.step(step_of(gemm), replays, before_capture=before)
+            return bench.timer.step(steps.of(gemm), replays, before_capture=before)
         except Exception as e:  # one failing mode is a note, not the end of the run
             rec["note"][name] = f"raised {type(e).__name__}: {str(e)[:200]}"
             return None
@@ -153,13 +144,13 @@ def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int) -> dict:
         t, outs = got
         rec["step_us"][name] = round(t, 2)
         worst, close = 0.0, True
-        for o, (layer, op) in zip(outs, holder["where"]):
+        for o, (layer, op) in zip(outs, steps.where):
             r = exactness.measure(o, exactness.reference(x, ctx.weights[layer][op]))
             worst, close = max(worst, r.rel_err), close and r.ok
         rec["rel_err"][name], rec["allclose"][name] = worst, close
-        holder.clear()
+        steps.release()
     bases.append(timed("none", None))
-    holder.clear()
+    steps.release()
     if None in bases:
         return rec
     rec["base_step_us"] = [round(b[0], 2) for b in bases]

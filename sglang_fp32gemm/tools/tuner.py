@@ -170,18 +170,9 @@ class Tuner:
             self._regions[spec.name] = (region.make_weights(spec, self.device), region.Streams(self.device))
         weights, streams = self._regions[spec.name]
         schedule = region.schedule_for(m, self.device)
-        plans = region.plan(spec, schedule)
-        holes = {nn: torch.zeros(m, nn, device=self.device) for nn, _ in region.fp32_shapes(spec)}
-        kept: list = []
-
-        def step_of(fn: Optional[Callable]) -> Callable[[], list]:
-            def step() -> list:
-                outs, _, keep = region.run_layers(plans, weights, x, None if fn is None else {n: fn}, streams, holes)
-                kept[:] = keep  # alive until the capture ends: no block is reused under another stream
-                return outs
-            return step
-
-        return Setting(f"region:{spec.name}:{schedule}", region.fp32_calls(spec, n), step_of)
+        steps = region.Steps(spec, region.plan(spec, schedule), weights, x, streams)
+        return Setting(f"region:{spec.name}:{schedule}", region.fp32_calls(spec, n),
+                       lambda fn: steps.of(None if fn is None else {n: fn}))
 
     def rerank(self, m: int, n: int, k: int, x: torch.Tensor, final: list) -> tuple[float, list]:
         """(torch's, the finalists re-ranked by) us each call adds in ``setting``; all logged.
