@@ -103,8 +103,9 @@ class Ctx:
     torch_fn: object
 
 
-def measure(ctx: Ctx, m: int, rounds: int, replays: int, min_gain: float) -> dict:
-    """One (model, M): every subset timed, the choice, and the rows it writes."""
+def measure(ctx: Ctx, m: int, rounds: int, replays: int, min_gain: float
+            ) -> tuple[dict, list[TunedRow], list[TunedRow]]:
+    """One (model, M): (the record of every subset's time and the choice, its torch rows, its eager rows)."""
     from sglang_fp32gemm import routing
 
     spec, dev = ctx.spec, ctx.device
@@ -127,13 +128,13 @@ def measure(ctx: Ctx, m: int, rounds: int, replays: int, min_gain: float) -> dic
     dropped = [r for r in routed if r.n not in keep]
     torch_call_us = added[frozenset()] * spec.layers / region.fp32_calls(spec)
     fast, eager = overlay(m, spec.hidden, dropped, torch_call_us)
-    return {"model": spec.name, "M": m, "K": spec.hidden, "schedule": schedule, "base_step_us": round(base, 2),
-            "routed": {str(r.n): r.kernel for r in routed},
-            "added_per_layer_us": {_name(s): round(v, 3) for s, v in added.items()},
-            "rounds_step_us": {_name(s): [round(t, 2) for t in v] for s, v in times.items()},
-            "kept": sorted(keep), "dropped": [r.n for r in dropped],
-            "rows": [r.to_csv_fields() for r in fast], "eager_rows": [r.to_csv_fields() for r in eager],
-            "_rows": (fast, eager)}
+    rec = {"model": spec.name, "M": m, "K": spec.hidden, "schedule": schedule, "base_step_us": round(base, 2),
+           "routed": {str(r.n): r.kernel for r in routed},
+           "added_per_layer_us": {_name(s): round(v, 3) for s, v in added.items()},
+           "rounds_step_us": {_name(s): [round(t, 2) for t in v] for s, v in times.items()},
+           "kept": sorted(keep), "dropped": [r.n for r in dropped],
+           "rows": [r.to_csv_fields() for r in fast], "eager_rows": [r.to_csv_fields() for r in eager]}
+    return rec, fast, eager
 
 
 def _name(s) -> str:
@@ -157,8 +158,7 @@ def run(args: argparse.Namespace, device=None, timer=None) -> int:
         ctx = Ctx(spec, region.make_weights(spec, device), region.Streams(device), device,
                   timer or timing.CudaTimer(), timing.torch_fn(device))
         for m in args.m:
-            rec = measure(ctx, m, args.rounds, args.replays, args.min_gain)
-            f, e = rec.pop("_rows")
+            rec, f, e = measure(ctx, m, args.rounds, args.replays, args.min_gain)
             fast += f
             eager += e
             recs.append(rec)
