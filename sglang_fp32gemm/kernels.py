@@ -122,6 +122,24 @@ class KernelCache:
         w = torch.zeros((n, k), dtype=torch.bfloat16, device=device)
         self.guard(bound)(x, w)
 
+    def preparer(self, bound: Bound, m: int) -> Optional[Callable[[], None]]:
+        """``prepare()``: ``bound``'s per-stream state for the current stream at M (``KernelFn.prepare``,
+        backends/base.py), or None when the kernel has none. A failure is logged once; the captured
+        calls on that stream then take torch, as they would without it."""
+        prep = getattr(bound.fn, "prepare", None)
+        if prep is None:
+            return None
+
+        def prepare() -> None:
+            try:
+                prep(m)
+            except Exception as e:
+                self._telemetry.once(logging.WARNING, f"sglang-fp32gemm: {bound.backend} {bound.kernel_name}: "
+                                     f"preparing a stream for capture at M={m} raised {type(e).__name__}: {e}; "
+                                     "captured calls on that stream use torch")
+
+        return prepare
+
     def _disable(self, bound: Bound, device: torch.device, exc: Exception) -> None:
         why = f"raised at run time ({type(exc).__name__}: {exc})"
         with self._lock:

@@ -28,11 +28,12 @@ CAPTURE_REASON = "not resolved before graph capture"
 class Entry:
     """What calls of one shape (or one fallback reason) get: a kernel, or the fallback and why."""
 
-    __slots__ = ("run", "bound", "reason", "row", "key", "first_log", "eager")
+    __slots__ = ("run", "bound", "reason", "row", "key", "first_log", "eager", "prepare")
 
     def __init__(self, run: Optional[Callable], bound: Optional[Bound], reason: str,
                  row: Optional[TunedRow] = None, counted: bool = True,
-                 first_log: Optional[tuple[int, str]] = None, eager: Optional["Entry"] = None):
+                 first_log: Optional[tuple[int, str]] = None, eager: Optional["Entry"] = None,
+                 prepare: Optional[Callable[[], None]] = None):
         #: run(x, w) -> out, or None when the kernel raised; None: take the fallback.
         self.run = run
         self.bound = bound
@@ -45,6 +46,9 @@ class Entry:
         #: What calls outside graph capture take instead (the eager table's row,
         #: or the row's backend is not eager_ok); None: they take this entry.
         self.eager = eager
+        #: With ``eager``: run by each eager call, so that this kernel's per-stream state exists on
+        #: the streams a graph is captured on after them (KernelFn.prepare); None: nothing to do.
+        self.prepare = prepare
 
     @property
     def route(self) -> str:
@@ -138,7 +142,8 @@ class RouteTable:
             self.kernels.warm(bound, device, m, n, k)
         if bound.fn is None:
             return Entry(None, bound, bound.disabled_reason, p.row, eager=eager)
-        return Entry(self.kernels.guard(bound), bound, p.reason, p.row, eager=eager)
+        prepare = self.kernels.preparer(bound, m) if eager is not None else None
+        return Entry(self.kernels.guard(bound), bound, p.reason, p.row, eager=eager, prepare=prepare)
 
     def retire(self, bound: Bound) -> None:
         """A kernel disabled at run time: its entries become fallbacks with its reason."""

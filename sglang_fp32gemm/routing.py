@@ -118,6 +118,9 @@ class Router:
             return self._reason(why)
         e = self.routes.get(x.device, x.shape[0], w.shape[0], x.shape[1])
         if e.eager is not None and not (capturing(x) if captured is None else captured):
+            if e.prepare is not None:
+                # The graph captured later on this stream runs e's kernel, not e.eager's.
+                e.prepare()
             return e.eager
         return e
 

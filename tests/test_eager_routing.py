@@ -269,3 +269,50 @@ def test_a_failing_eager_table_kernel_sends_eager_calls_to_the_fallback(capture)
     route, _ = _call(r, 1, w, False, capture)
     assert route == "torch"
     assert _call(r, 1, w, True, capture) == ("torch", TORCH.format(2))
+
+
+class PreparingSlow(SlowLaunchFake):
+    """A slow-launch fake whose kernel has per-stream state (``fn.prepare``, as the Triton kernels' buffers)."""
+
+    def __init__(self, fail: bool = False, **kw):
+        super().__init__(name="slow", kernels=(SLOW_KERNEL,), **kw)
+        self.prepared: list[int] = []
+        self.fail = fail
+
+    def bind(self, cfg, device, n, k):
+        fn = super().bind(cfg, device, n, k)
+
+        def prepare(m: int) -> None:
+            if self.fail:
+                raise RuntimeError("out of memory")
+            self.prepared.append(m)
+
+        fn.prepare = prepare
+        return fn
+
+
+def test_each_eager_call_sent_elsewhere_prepares_the_captured_kernel_for_its_stream(capture):
+    # The graph captured after the eager calls (SGLang's warm-up runs) runs the row's
+    # kernel, whose per-stream state only an eager call outside capture can make.
+    s = PreparingSlow()
+    r = make_router([s, fast()], shapes=ROWS)
+    w = rand_bf16(N, K)
+    assert _call(r, 3, w, False, capture) == ("fast", FAKE_KERNEL)
+    assert _call(r, 2, w, False, capture) == ("fast", FAKE_KERNEL)
+    assert s.prepared == [3, 2]
+    assert _call(r, 3, w, True, capture) == SLOW  # a captured call prepares nothing
+    assert s.prepared == [3, 2]
+    # A row with no eager alternative never prepares: its eager calls run the kernel itself.
+    assert all(e.prepare is None for e in r.entries().values() if e.eager is None)
+
+
+def test_a_failing_prepare_is_logged_once_and_the_eager_call_still_runs(capture, caplog):
+    s = PreparingSlow(fail=True)
+    r = make_router([s, fast()], shapes=ROWS)
+    w = rand_bf16(N, K)
+    with caplog.at_level(logging.WARNING, logger="sglang_fp32gemm"):
+        for _ in range(3):
+            assert _call(r, 1, w, False, capture) == ("fast", FAKE_KERNEL)
+    msgs = [rec.getMessage() for rec in caplog.records if "preparing a stream" in rec.getMessage()]
+    assert len(msgs) == 1 and "RuntimeError: out of memory" in msgs[0], msgs
+    assert _call(r, 1, w, True, capture) == SLOW  # the kernel stays enabled for captured calls

@@ -369,3 +369,45 @@ def test_routed_decode_sequence_under_graph_replay_equals_eager(monkeypatch):
         monkeypatch.delenv("SGLANG_ENABLE_FLYDSL_FP32_GEMM")
         settings.reload()
         routing.reset_router()
+
+
+@cuda
+@pytest.mark.parametrize("resolve_on", ["default stream", "capture stream"])
+def test_a_graph_runs_the_rows_kernel_on_a_stream_whose_eager_calls_the_eager_table_sent_elsewhere(resolve_on):
+    """The eager table names another kernel for the shape, and the route was resolved (and its kernel
+    warmed) on another stream than the one the graph is captured on, as SGLang's side streams are. The
+    warm-up's eager calls run the eager row's kernel and prepare the row's for that stream, so that every
+    captured call runs the row's kernel (H200 run 13a's joint check fell back to torch without that)."""
+    from fakes.fake_backends import fake_table, make_config
+    from sglang_fp32gemm.backends import default_backends
+    from sglang_fp32gemm.routing import Router
+    from sglang_fp32gemm.table import device_key
+
+    m, n, k = 4, 1024, 4096
+    row_kernel = "triton_epoch_fp32_bm16_bn64_bk64_sk32_w4_s3"
+    eager_kernel = "triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s4"
+    key = device_key(torch.device("cuda"))
+    table = fake_table([(m, n, k, row_kernel)], gfx=key.gfx, cu_num=key.cu_num)
+    eager_table = fake_table([(m, n, k, eager_kernel)], name="fake_eager.csv", gfx=key.gfx, cu_num=key.cu_num)
+    r = Router(make_config(table, eager_table=eager_table), default_backends())
+    x, w = rnd(m, k), rnd(n, k)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    if resolve_on == "default stream":
+        check_exact(r.call(x, w), x, w)
+        torch.cuda.synchronize()
+    with torch.cuda.stream(s):
+        for _ in range(2):  # the warm-up before capture, as SGLang's graph runner does
+            check_exact(r.call(x, w), x, w)
+    torch.cuda.synchronize()
+    assert r.counters().get(("triton", eager_kernel), 0) >= 2, r.counters()
+    r.reset_counters()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        out = r.call(x, w)
+    assert r.counters() == {("triton", row_kernel): 1}, r.counters()
+    for _ in range(3):
+        x.copy_(rnd(m, k))
+        g.replay()
+        torch.cuda.synchronize()
+        check_exact(out, x, w)

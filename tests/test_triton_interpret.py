@@ -323,3 +323,19 @@ def test_epoch_buffers_are_per_bound_kernel_sized_for_max_m():
     assert s.scratch.dtype == torch.int32 and int(s.scratch.abs().sum()) == 0
     with pytest.raises(ValueError, match="outside"):
         plan(MAX_M + 1)
+
+
+@pytest.mark.parametrize("backend, cfg", [(TritonEpochBackend(), EpochConfig(16, 64, 64, 4, 4, 2)),
+                                          (TritonSplitKBackend(), SplitKConfig(16, 32, 64, 4, 4, 2))])
+def test_prepare_makes_the_current_streams_buffers_for_m_without_a_launch(backend, cfg):
+    # What the router runs on an eager call it sends to another kernel (base.py: KernelFn.prepare).
+    pytest.importorskip("triton")
+    fn = backend.bind(cfg, torch.device("cpu"), 128, 512)
+    assert fn.buffers.by_stream == {}
+    fn.prepare(3)
+    first = fn.buffers.by_stream[0]  # the CPU's one "stream"
+    assert int(first.counters.abs().sum()) == 0
+    for m in (3, 40, MAX_M):  # sized for every M at once: never replaced
+        fn.prepare(m)
+        assert fn.buffers.by_stream[0] is first
+    assert fn.buffers.retired == []

@@ -7,6 +7,12 @@ router guarantees: ``x`` is [M, K] bf16 with unit stride along K, ``w`` a
 contiguous [N, K] bf16 on the same device, N and K the bound ones, 1 <= M <=
 ``MAX_M``. ``fn`` returns a new fp32 [M, N] tensor and may raise (the router
 then falls back); each bound kernel is probed before its first use.
+
+A ``fn`` whose captured calls need per-stream state made outside capture
+(the Triton kernels' flag buffers) has ``fn.prepare(m)``: make that state for
+the current stream at M. The router calls it on the eager calls that the
+eager table sends to another kernel, so that the graph captured after them on
+the same stream finds it (docs/design.md, "Routing").
 """
 
 from __future__ import annotations
