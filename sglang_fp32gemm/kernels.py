@@ -98,6 +98,7 @@ class KernelCache:
     def guard(self, bound: Bound) -> Callable[[torch.Tensor, torch.Tensor], Optional[torch.Tensor]]:
         """``run(x, w)``: the kernel's result, or None (take the fallback) if it raised."""
         fn = bound.fn
+        counted = (bound.backend, bound.kernel_name)  # the key the router counted this call under
 
         def run(x: torch.Tensor, w: torch.Tensor) -> Optional[torch.Tensor]:
             try:
@@ -107,9 +108,11 @@ class KernelCache:
                 # kernel stays enabled for everything it was set up for.
                 self._telemetry.once(logging.WARNING, f"sglang-fp32gemm: {bound.backend} {bound.kernel_name} "
                                      f"on {x.device}: {e}; this captured call uses torch")
+                self._telemetry.recount(counted, ("torch", f"{bound.backend} {bound.kernel_name}: {e}"))
                 return None
             except Exception as e:
                 self._disable(bound, x.device, e)
+                self._telemetry.recount(counted, ("torch", bound.disabled_reason))
                 return None
 
         return run
@@ -120,7 +123,10 @@ class KernelCache:
         (a compile) cannot."""
         x = torch.zeros((m, k), dtype=torch.bfloat16, device=device)
         w = torch.zeros((n, k), dtype=torch.bfloat16, device=device)
-        self.guard(bound)(x, w)
+        try:
+            bound.fn(x, w)  # not through guard: this run is not a counted call
+        except Exception as e:
+            self._disable(bound, device, e)
 
     def preparer(self, bound: Bound, m: int) -> Optional[Callable[[], None]]:
         """``prepare()``: ``bound``'s per-stream state for the current stream at M (``KernelFn.prepare``,

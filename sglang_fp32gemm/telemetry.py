@@ -34,6 +34,16 @@ class Telemetry:
             self._counts[key] = n + 1
         return n == 0
 
+    def recount(self, counted: Key, instead: Key) -> None:
+        """One call counted under ``counted`` took ``instead`` (a kernel that fell back after it was counted)."""
+        with self._lock:
+            n = self._counts.get(counted, 0)
+            if n > 1:
+                self._counts[counted] = n - 1
+            elif n == 1:
+                del self._counts[counted]
+            self._counts[instead] = self._counts.get(instead, 0) + 1
+
     def counters(self) -> dict[Key, int]:
         with self._lock:
             return dict(self._counts)

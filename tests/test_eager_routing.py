@@ -146,9 +146,9 @@ def test_a_failing_alternative_sends_eager_calls_to_the_fallback_and_leaves_capt
     f = fast(RaisingFake, ok_runs=probe_mod.TRIALS)  # passes its probe, then raises
     r = make_router([slow(), f], shapes=ROWS)
     w = rand_bf16(N, K)
-    assert _call(r, 2, w, False, capture) == ("fast", FAKE_KERNEL)  # raised: this call took the fallback
     why = f"fast {FAKE_KERNEL}: raised at run time (RuntimeError: fake kernel launch failed)"
-    assert _call(r, 2, w, False, capture) == ("torch", why)
+    for _ in range(2):  # the call that raised took the fallback and is counted there, as are the later ones
+        assert _call(r, 2, w, False, capture) == ("torch", why)
     assert _call(r, 2, w, True, capture) == SLOW
 
 
@@ -160,8 +160,9 @@ def test_a_failing_row_kernel_leaves_eager_calls_on_the_alternative(capture):
     r = make_router([SlowRaising(name="slow", kernels=(SLOW_KERNEL,), ok_runs=probe_mod.TRIALS + 1), fast()],
                     shapes=ROWS)
     w = rand_bf16(N, K)
-    assert _call(r, 2, w, True, capture) == SLOW
-    assert _call(r, 2, w, True, capture)[0] == "torch"
+    why = f"slow {SLOW_KERNEL}: raised at run time (RuntimeError: fake kernel launch failed)"
+    for _ in range(2):  # counted where it went: the fallback
+        assert _call(r, 2, w, True, capture) == ("torch", why)
     assert _call(r, 2, w, False, capture) == ("fast", FAKE_KERNEL)
 
 

@@ -43,6 +43,8 @@ class PricedTimer:
 
     def step(self, step, replays=20, before_capture=None):
         self.steps += 1
+        if before_capture is not None:  # as CudaTimer: after the (here skipped) eager warm-up
+            before_capture()
         before = len(self.fake.shapes)
         outs = step()
         by_fake = [n for _, n, _ in self.fake.shapes[before:]]
@@ -98,3 +100,29 @@ def test_joint_writes_no_rows_where_the_routed_step_wins(tmp_path, monkeypatch):
 def test_joint_is_a_command_and_rejects_an_unknown_model(capsys):
     assert cli.main(["joint", "--model", "ultra", "--out", "x.csv"]) == 2
     assert "unknown model ultra" in capsys.readouterr().err
+
+
+def test_a_subset_whose_captured_calls_fell_back_is_never_kept(tmp_path, monkeypatch, capsys):
+    from fakes.fake_backends import splitk_fp32
+    from sglang_fp32gemm.backends import probe as probe_mod
+    from sglang_fp32gemm.backends.base import NotReadyInCapture
+
+    class NotReadyAt128(ExactFake):
+        """Passes its probe, then every N=128 call meets a stream without its buffers (H200 run 13a)."""
+
+        def compute(self, cfg, x, w):
+            if w.shape[0] == 128 and self.kernel_runs[cfg.name] > probe_mod.TRIALS * 2:
+                raise NotReadyInCapture("buffers missing for this stream (fake)")
+            return splitk_fp32(x, w)
+
+    fake = NotReadyAt128()
+    shapes = [(1, n, k) for n, k in region.fp32_shapes(TINY)]
+    monkeypatch.setattr(routing, "build_router", lambda: make_router([fake], shapes=shapes))
+    js = tmp_path / "j.json"
+    argv = ["--model", "tiny", "--m", "1", "--rounds", "1", "--out", str(tmp_path / "j.csv"), "--json", str(js)]
+    # Priced as if N=128's kernel were free: only the fallback check keeps it out.
+    assert joint.main(argv, device=torch.device("cpu"), timer=PricedTimer(fake, {64: 1.0, 128: 0.0})) == 0
+    rec = json.load(open(js))["results"][0]
+    assert sorted(rec["fallbacks"]) == ["128", "64+128"], rec["fallbacks"]
+    assert rec["kept"] == [64] and rec["dropped"] == [128]
+    assert "FELL BACK (not kept)" in capsys.readouterr().out

@@ -971,3 +971,6 @@ def test_a_kernel_not_ready_inside_capture_falls_back_once_and_stays_enabled(cap
     # Not disabled: the third call ran the kernel again.
     assert fake.kernel_runs[FAKE_KERNEL] == PROBE_RUNS + 3
     assert all(b.fn is not None for b in r.bound_kernels())
+    # Each call is counted where it went, so a bench's route check sees the fallback.
+    assert r.counters() == {("late", FAKE_KERNEL): 2,
+                            ("torch", f"late {FAKE_KERNEL}: no workspace for this stream (fake)"): 1}

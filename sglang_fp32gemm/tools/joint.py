@@ -118,13 +118,22 @@ def measure(ctx: Ctx, m: int, rounds: int, replays: int, min_gain: float
     subs = subsets([r.n for r in routed])
     gemm = {s: {n: Bench.routed if n in s else ctx.torch_fn for n in shapes} for s in subs}
     times: dict = {s: [] for s in [None] + subs}
+    router = routing.get_router()
+    fell: dict[str, dict[str, int]] = {}
     for _ in range(rounds):
         for s in times:
-            times[s].append(ctx.timer.step(steps.of(None if s is None else gemm[s]), replays)[0])
+            # Counters reset after the eager warm-up: a routed call captured on torch is a fallback.
+            t, _ = ctx.timer.step(steps.of(None if s is None else gemm[s]), replays,
+                                  before_capture=router.reset_counters if s else None)
+            times[s].append(t)
+            bad = {f"{r}:{d}": c for (r, d), c in router.counters().items() if r == "torch"} if s else {}
+            if bad:
+                fell.setdefault(_name(s), bad)
     steps.release()
     base = statistics.median(times.pop(None))
     added = {s: (statistics.median(t) - base) / spec.layers for s, t in times.items()}
-    keep = choose(added, min_gain)
+    # A subset whose captured calls fell back was not timed on its kernels: it cannot be kept.
+    keep = choose({s: v for s, v in added.items() if _name(s) not in fell}, min_gain)
     dropped = [r for r in routed if r.n not in keep]
     torch_call_us = added[frozenset()] * spec.layers / region.fp32_calls(spec)
     fast, eager = overlay(m, spec.hidden, dropped, torch_call_us)
@@ -132,7 +141,7 @@ def measure(ctx: Ctx, m: int, rounds: int, replays: int, min_gain: float
            "routed": {str(r.n): r.kernel for r in routed},
            "added_per_layer_us": {_name(s): round(v, 3) for s, v in added.items()},
            "rounds_step_us": {_name(s): [round(t, 2) for t in v] for s, v in times.items()},
-           "kept": sorted(keep), "dropped": [r.n for r in dropped],
+           "kept": sorted(keep), "dropped": [r.n for r in dropped], "fallbacks": fell,
            "rows": [r.to_csv_fields() for r in fast], "eager_rows": [r.to_csv_fields() for r in eager]}
     return rec, fast, eager
 
@@ -146,7 +155,8 @@ def line(rec: dict) -> str:
     kept, every = _name(rec["kept"]), _name(int(n) for n in rec["routed"])
     return (f"{rec['model']} M={rec['M']} {rec['schedule']}: added per layer torch {a['torch']:.2f}, "
             f"as routed ({every}) {a[every]:.2f}, kept {kept} {a[kept]:.2f}"
-            + (f"; torch rows for N={','.join(str(n) for n in rec['dropped'])}" if rec["dropped"] else ""))
+            + (f"; torch rows for N={','.join(str(n) for n in rec['dropped'])}" if rec["dropped"] else "")
+            + (f"; FELL BACK (not kept): {rec['fallbacks']}" if rec.get("fallbacks") else ""))
 
 
 def run(args: argparse.Namespace, device=None, timer=None) -> int:
