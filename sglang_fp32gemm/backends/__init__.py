@@ -13,6 +13,7 @@ from sglang_fp32gemm.backends.base import Backend
 def all_backends() -> list[Backend]:
     """A fresh instance of every backend, in routing order."""
     from sglang_fp32gemm.backends.aiter_tgemm import AiterBackend
+    from sglang_fp32gemm.backends.cutedsl_dot import CuteDSLDotBackend
     from sglang_fp32gemm.backends.cutedsl_warp import CuteDSLWarpBackend
     from sglang_fp32gemm.backends.flydsl_gfx950 import FlyDSLBackend
     from sglang_fp32gemm.backends.triton import TritonEpochBackend
@@ -20,7 +21,8 @@ def all_backends() -> list[Backend]:
 
     # On gfx950 aiter's own fixed kernel is preferred when the installed
     # aiter has it; our FlyDSL kernel (same kernelName grammar) is second.
-    return [TritonEpochBackend(), TritonSplitKBackend(), CuteDSLWarpBackend(), AiterBackend(), FlyDSLBackend()]
+    return [TritonEpochBackend(), TritonSplitKBackend(), CuteDSLWarpBackend(), CuteDSLDotBackend(), AiterBackend(),
+            FlyDSLBackend()]
 
 
 def default_backends() -> dict[str, list[Backend]]:

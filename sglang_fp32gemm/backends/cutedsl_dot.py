@@ -1,0 +1,186 @@
+"""NVIDIA backend ``cutedsl-dot``: our CuTe-DSL dot-product kernel for M <= 4 (``cutedsl_dot_kernel.py``).
+
+One CTA per ``rows`` rows of W over the whole K, every W load in flight
+before the first multiply, no split-K; what it is and why it is exact: the
+kernel module. Compiled once per (config, device, N, K) in ``bind``, on
+fake tensors (M symbolic), with ``--enable-tvm-ffi``: a call passes the
+torch tensors and the kernel launches on torch's current stream, with no
+per-call conversion. Names parse without imports; cutlass and tvm_ffi are
+imported in ``available`` and ``bind`` only. It serves rows of libtype
+``cutedsl`` whose kernelName has this backend's form (the warp split-K
+backend rejects those names, and this one rejects its).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, Verdict
+
+logger = logging.getLogger(__name__)
+
+VEC = 8                   # bf16 per 16-byte load (cutedsl_dot_kernel.VEC)
+MAX_M = 4                 # the dot product wins only at the smallest M (issue 15)
+THREADS = (64, 128, 256)  # the tuner's choices; parse takes any multiple of 32 up to 1024
+ROWS = (1, 2, 4)
+_FORM = "cutedsl_dot_m<MAX_M>_t<THREADS>_r<ROWS>[_pdl]"
+_NAME_RE = re.compile(r"^cutedsl_dot_m(?P<m>\d+)_t(?P<t>\d+)_r(?P<r>\d+)(?P<pdl>_pdl)?$")
+# A thread keeps rows x K / (8 x threads) 16-byte W vectors in registers.
+MAX_W_VECTORS = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class DotConfig:
+    """One form of the kernel; ``name`` is its kernelName."""
+
+    max_m: int
+    threads: int
+    rows: int
+    pdl: bool = False
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_m <= MAX_M:
+            raise ValueError(f"max_m={self.max_m}: must be in 1..{MAX_M}")
+        if self.threads % 32 or not 32 <= self.threads <= 1024:
+            raise ValueError(f"threads={self.threads}: must be a multiple of 32 in 32..1024")
+        if self.rows not in ROWS:
+            raise ValueError(f"rows={self.rows}: must be one of {ROWS}")
+
+    @property
+    def name(self) -> str:
+        return f"cutedsl_dot_m{self.max_m}_t{self.threads}_r{self.rows}" + ("_pdl" if self.pdl else "")
+
+    @classmethod
+    def parse(cls, name: str) -> "DotConfig":
+        g = _NAME_RE.match(name)
+        if g is None:
+            raise ValueError(f"kernelName {name!r} is not of the form {_FORM}")
+        return cls(int(g["m"]), int(g["t"]), int(g["r"]), g["pdl"] is not None)
+
+    def check_shape(self, m: int, n: int, k: int) -> Verdict:
+        if not 1 <= m <= self.max_m:
+            return False, f"M={m} is outside 1..{self.max_m}"
+        if n <= 0 or n % self.rows:
+            return False, f"N={n} is not a multiple of rows={self.rows}"
+        if k <= 0 or k % (VEC * self.threads):
+            return False, f"K={k} is not a multiple of 8 x threads = {VEC * self.threads}"
+        vectors = self.rows * k // (VEC * self.threads)
+        if vectors > MAX_W_VECTORS:
+            return False, f"{vectors} W vectors a thread (more than {MAX_W_VECTORS}: registers)"
+        return OK
+
+
+def _source_tag() -> str:
+    try:
+        from importlib.metadata import version
+
+        v = version("nvidia-cutlass-dsl")
+    except Exception:  # not installed
+        v = "none"
+    src = (Path(__file__).parent / "cutedsl_dot_kernel.py").read_bytes()
+    return f"{hashlib.sha256(src).hexdigest()[:12]}-cutlass-dsl{v}"
+
+
+def compile_kernel(cfg: DotConfig, n: int, k: int) -> Any:
+    """The TVM-FFI function ``f(x, w, out)`` for (cfg, N, K), compiled on fake tensors (M symbolic)."""
+    import cutlass
+    import cutlass.cute as cute
+
+    from sglang_fp32gemm.backends.cutedsl_dot_kernel import DotKernel
+
+    kern = DotKernel(n, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl)
+    fake = cute.runtime.make_fake_tensor
+    # x: any row stride that keeps 16-byte rows (the call copies x otherwise); w and out: packed.
+    x = fake(cutlass.BFloat16, (cute.sym_int(), k), stride=(cute.sym_int64(divisibility=VEC), 1), assumed_align=16)
+    w = fake(cutlass.BFloat16, (n, k), stride=(k, 1), assumed_align=16)
+    out = fake(cutlass.Float32, (cute.sym_int(), n), stride=(n, 1), assumed_align=16)
+    stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
+    return cute.compile(kern, x, w, out, stream, options="--enable-tvm-ffi")
+
+
+class CuteDSLDotBackend(Backend):
+    """Our CuTe-DSL dot-product kernel (M <= 4); serves ``cutedsl`` rows of its name form."""
+
+    name = "cutedsl-dot"
+    libtype = "cutedsl"
+    # Run on the H200 by this project's GPU tests and tuner.
+    isolated_probe = False
+    # A call is one TVM-FFI call with torch tensors: no per-call conversion (checked on the
+    # device by the eager bench; eager_ok False would send its eager calls elsewhere).
+    eager_ok = True
+
+    def available(self) -> Verdict:
+        if not torch.cuda.is_available():
+            return False, "no CUDA device"
+        if getattr(torch.version, "hip", None):
+            return False, "ROCm build of torch (the kernel is CUDA-only)"
+        major, minor = torch.cuda.get_device_capability()
+        if major < 9:
+            return False, f"sm_{major}{minor}: the kernel is built and tested for sm90 and later"
+        try:
+            import cutlass.cute  # noqa: F401
+            import tvm_ffi  # noqa: F401
+        except Exception as e:  # ImportError, or a broken install
+            return False, f"the CuTe DSL with TVM-FFI does not import ({type(e).__name__}: {e})"
+        return OK
+
+    def parse(self, kernel_name: str) -> DotConfig:
+        return DotConfig.parse(kernel_name)
+
+    def deterministic(self, cfg: DotConfig) -> bool:
+        return True  # fixed summation order (cutedsl_dot_kernel.py)
+
+    def supports(self, cfg: DotConfig, m: int, n: int, k: int) -> Verdict:
+        return cfg.check_shape(m, n, k)
+
+    def source_tag(self, cfg: DotConfig) -> str:
+        return _source_tag()
+
+    def candidates(self, m: int, n: int, k: int) -> list[DotConfig]:
+        """At M 1, 2 and 4 (aiter's lookup gives each its own row): every thread and row count that
+        tiles the shape, with PDL on sm90 and later."""
+        if m not in (1, 2, 4):
+            return []
+        pdl = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+        out = []
+        for threads in THREADS:
+            for rows in ROWS:
+                cfg = DotConfig(m, threads, rows, pdl)
+                if cfg.check_shape(m, n, k)[0]:
+                    out.append(cfg)
+        return out
+
+    def bind(self, cfg: DotConfig, device: torch.device, n: int, k: int) -> KernelFn:
+        ok, why = cfg.check_shape(1, n, k)
+        if not ok:
+            raise ValueError(why)
+        device = torch.device(device)
+        if device.type != "cuda":
+            raise RuntimeError(f"device {device} is not CUDA")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        with torch.cuda.device(device):
+            f = compile_kernel(cfg, n, k)
+        f32 = torch.float32
+
+        def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            m = x.shape[0]
+            if x.stride(0) % VEC or x.data_ptr() & 15:
+                # The compiled form takes 16-byte aligned rows: one row restrided, else a copy (M <= 4).
+                if m == 1 and not x.data_ptr() & 15:
+                    x = x.as_strided((1, k), (k, 1))
+                else:
+                    x = x.clone(memory_format=torch.contiguous_format)
+            out = torch.empty((m, n), dtype=f32, device=device)
+            f(x, w, out)
+            return out
+
+        fn.compiled = f  # type: ignore[attr-defined]
+        return fn

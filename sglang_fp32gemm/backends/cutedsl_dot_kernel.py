@@ -1,0 +1,136 @@
+"""The CuTe-DSL kernel of the ``cutedsl-dot`` backend: out[M, N] fp32 = x[M, K] @ w[N, K]^T for M <= 4.
+
+Imported only when the backend binds a kernel (cutlass is imported lazily).
+
+Why it is fast at M <= 4: the call is a read of W, and this kernel has all
+of its W loads in flight at once. A CTA owns ``rows`` rows of W over the
+whole K; each of its ``threads`` threads loads ``iters`` 16-byte vectors of
+each row (K = iters x threads x 8, every offset known when compiled), into
+registers, before it multiplies anything. With ``pdl`` those loads are
+issued before ``griddepcontrol.wait`` (W does not depend on the kernel
+before this one) and x is read after it. There is no split-K: no
+workspace, no atomics, no second kernel.
+
+Why it is exact: every product is bf16 x bf16, exact in fp32 (fused
+multiply-add of an exact product); every sum is an fp32 sum, in an order
+fixed by the config: per thread along its K slots, then a butterfly over
+the warp, then the warps in index order. Deterministic.
+
+``reference`` beside the kernel computes the same sums in the same order on
+the CPU, so the order can be checked without a GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import const_expr
+
+#: bf16 elements per 16-byte load.
+VEC = 8
+
+
+class DotKernel:
+    """One compiled form: (N, K) fixed, M <= ``max_m`` at run time."""
+
+    def __init__(self, n: int, k: int, threads: int, rows: int, max_m: int, pdl: bool) -> None:
+        if threads % 32 or k % (VEC * threads) or n % rows:
+            raise ValueError(f"threads={threads}, rows={rows} do not tile N={n}, K={k}")
+        self.n, self.k, self.threads, self.rows, self.max_m, self.pdl = n, k, threads, rows, max_m, pdl
+        self.iters = k // (VEC * threads)
+        self.warps = threads // 32
+
+    @cute.jit
+    def __call__(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor, stream):
+        slots = self.rows * self.max_m
+        self.kernel(x, w, out).launch(
+            grid=(self.n // self.rows, 1, 1), block=(self.threads, 1, 1),
+            smem=slots * self.warps * 4 + 16, stream=stream, use_pdl=self.pdl,
+        )
+
+    @cute.kernel
+    def kernel(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor):
+        tid, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        rows, iters, max_m, threads, warps = self.rows, self.iters, self.max_m, self.threads, self.warps
+        m_run = x.shape[0]
+        row0 = bid * rows
+
+        # 1. Every W vector this thread reads, into registers, before anything waits.
+        wr = []
+        for r in cutlass.range_constexpr(rows):
+            w_vec = cute.zipped_divide(w[row0 + r, None], (VEC,))  # ((VEC), (K / VEC))
+            for i in cutlass.range_constexpr(iters):
+                src = w_vec[None, i * threads + tid]
+                dst = cute.make_rmem_tensor_like(src)
+                cute.autovec_copy(src, dst)
+                wr.append(dst)
+
+        # 2. x is written by the kernel before this one.
+        if const_expr(self.pdl):
+            cute.arch.griddepcontrol_wait()
+
+        acc = cute.make_rmem_tensor((rows * max_m,), cutlass.Float32)
+        acc.fill(0.0)
+        for mm in cutlass.range_constexpr(max_m):
+            if mm < m_run:
+                x_vec = cute.zipped_divide(x[mm, None], (VEC,))
+                for i in cutlass.range_constexpr(iters):
+                    src = x_vec[None, i * threads + tid]
+                    xr = cute.make_rmem_tensor_like(src)
+                    cute.autovec_copy(src, xr)
+                    xf = xr.load().to(cutlass.Float32)
+                    for r in cutlass.range_constexpr(rows):
+                        wf = wr[r * iters + i].load().to(cutlass.Float32)
+                        s = acc[r * max_m + mm]
+                        for v in cutlass.range_constexpr(VEC):
+                            s = s + wf[v] * xf[v]
+                        acc[r * max_m + mm] = s
+
+        if const_expr(self.pdl):
+            # Dependents still wait for this whole grid before they read out.
+            cute.arch.griddepcontrol_launch_dependents()
+
+        # 3. Butterfly over the warp, then the warps in index order.
+        smem = cutlass.utils.SmemAllocator()
+        red = smem.allocate_tensor(cutlass.Float32, cute.make_layout((rows * max_m, warps), stride=(warps, 1)),
+                                   byte_alignment=16)
+        lane = cute.arch.lane_idx()
+        warp = cute.arch.warp_idx()
+        for j in cutlass.range_constexpr(rows * max_m):
+            v = cute.arch.warp_reduction_sum(acc[j])
+            if lane == 0:
+                red[j, warp] = v
+        cute.arch.sync_threads()
+        if tid < rows * max_m:
+            mm = tid % max_m
+            if mm < m_run:
+                total = cutlass.Float32(0.0)
+                for q in cutlass.range_constexpr(warps):
+                    total = total + red[tid, q]
+                out[mm, row0 + tid // max_m] = total
+
+
+def reference(x: torch.Tensor, w: torch.Tensor, threads: int) -> torch.Tensor:
+    """The kernel's sums in the kernel's order, in fp32 on x's device: per thread over its K slots, the
+    butterfly over the warp, the warps in order (IEEE fp32 adds give the same bits on any device)."""
+    m, k = x.shape
+    n = w.shape[0]
+    iters = k // (VEC * threads)
+    prod = x.float()[:, None, :] * w.float()[None, :, :]                      # [M, N, K], exact
+    prod = prod.view(m, n, iters, threads, VEC)                                  # K = (iter, thread, v)
+    acc = torch.zeros(m, n, threads, dtype=torch.float32, device=x.device)
+    for i in range(iters):
+        for v in range(VEC):
+            acc = acc + prod[:, :, i, :, v]
+    acc = acc.view(m, n, threads // 32, 32)
+    off = 16
+    while off:
+        acc = acc + acc[..., torch.arange(32, device=x.device) ^ off]
+        off //= 2
+    total = torch.zeros(m, n, dtype=torch.float32, device=x.device)
+    for q in range(threads // 32):
+        total = total + acc[..., q, 0]
+    return total

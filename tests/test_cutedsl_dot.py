@@ -1,0 +1,133 @@
+"""The ``cutedsl-dot`` backend (our CuTe-DSL dot-product kernel, M <= 4) on CPU.
+
+The kernel runs only on an sm90+ GPU (tests/test_cutedsl_dot_gpu.py). Here:
+names and shape rules, the candidates, the summation-order reference against
+float64, and the kernel compiled for sm_90a on this CPU (nvidia-cutlass-dsl
+compiles without a GPU; the tests skip, saying so, where it is not installed),
+its PTX read for what the design promises.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from sglang_fp32gemm import exactness
+from sglang_fp32gemm.backends import all_backends, default_backends, parsers
+from sglang_fp32gemm.backends.cutedsl_dot import MAX_W_VECTORS, CuteDSLDotBackend, DotConfig
+from sglang_fp32gemm.backends.cutedsl_warp import CuteDSLWarpBackend
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("cfg", [DotConfig(1, 128, 2, True), DotConfig(4, 64, 1), DotConfig(2, 256, 4, False)])
+def test_names_round_trip(cfg):
+    assert DotConfig.parse(cfg.name) == cfg
+    assert CuteDSLDotBackend().kernel_name(cfg) == cfg.name
+
+
+@pytest.mark.parametrize("name, why", [
+    ("cutedsl_dot_m5_t128_r1", "max_m=5"),
+    ("cutedsl_dot_m1_t100_r1", "threads=100"),
+    ("cutedsl_dot_m1_t128_r3", "rows=3"),
+    ("cutedsl_dot_m1_t128", "is not of the form"),
+    ("cutedsl_warpsplitk_o16_t8_k256_s8_b1", "is not of the form"),
+])
+def test_bad_names_say_what_is_wrong(name, why):
+    with pytest.raises(ValueError, match=why):
+        DotConfig.parse(name)
+
+
+def test_the_two_cutedsl_backends_take_only_their_own_names():
+    dot, warp = CuteDSLDotBackend(), CuteDSLWarpBackend()
+    with pytest.raises(ValueError):
+        warp.parse("cutedsl_dot_m1_t128_r2_pdl")
+    with pytest.raises(ValueError):
+        dot.parse("cutedsl_warpsplitk_o16_t8_k256_s8_b1")
+    assert [b.name for b in all_backends() if b.libtype == "cutedsl"] == ["cutedsl", "cutedsl-dot"]
+    accepted = []
+    for parse in parsers(default_backends())["cutedsl"]:
+        try:
+            accepted.append(parse("cutedsl_dot_m4_t64_r2"))
+        except ValueError:
+            pass
+    assert accepted == [DotConfig(4, 64, 2)]
+
+
+@pytest.mark.parametrize("cfg, m, n, k, ok", [
+    (DotConfig(4, 128, 2), 4, 512, 7168, True),
+    (DotConfig(4, 128, 2), 1, 512, 7168, True),     # any M up to max_m
+    (DotConfig(2, 128, 2), 3, 512, 7168, False),    # above max_m
+    (DotConfig(1, 128, 4), 1, 1026, 7168, False),   # N not a multiple of rows
+    (DotConfig(1, 256, 1), 1, 512, 7168, False),    # 7168 = 3.5 x 8 x 256
+    (DotConfig(1, 64, 4), 1, 512, 7168, False),     # 56 W vectors a thread
+    (DotConfig(1, 256, 2), 1, 512, 4096, True),
+    (DotConfig(1, 128, 1), 1, 2560, 5120, True),
+])
+def test_shape_rules(cfg, m, n, k, ok):
+    assert CuteDSLDotBackend().supports(cfg, m, n, k)[0] is ok
+
+
+def test_candidates_only_at_m_1_2_4_and_every_one_takes_the_shape():
+    b = CuteDSLDotBackend()
+    for k in (7168, 4096, 5120):
+        for n in (512, 1024, 2048, 2560):
+            for m in (1, 2, 3, 4, 8):
+                cands = b.candidates(m, n, k)
+                assert bool(cands) == (m in (1, 2, 4)), (m, n, k)
+                for c in cands:
+                    assert c.max_m == m and b.supports(c, m, n, k)[0], (c, m, n, k)
+                    assert c.rows * k // (8 * c.threads) <= MAX_W_VECTORS
+    assert {(c.threads, c.rows) for c in b.candidates(1, 512, 7168)} == {(64, 1), (64, 2), (128, 1), (128, 2),
+                                                                         (128, 4)}
+
+
+def test_the_order_reference_is_an_exact_fp32_product():
+    from sglang_fp32gemm.backends.cutedsl_dot_kernel import reference
+
+    torch.manual_seed(3)
+    for m, n, k, threads in ((1, 16, 2048, 64), (4, 8, 1024, 128), (3, 4, 4096, 256)):
+        x, w = exactness.random_bf16(m, k), exactness.random_bf16(n, k)
+        r = exactness.measure(reference(x, w, threads), exactness.reference(x, w))
+        assert r.ok and r.rel_err <= 1e-5, r
+
+
+def _compile_and_read_ptx(tmp_path: Path, cfg: DotConfig, n: int, k: int) -> str:
+    pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed: the kernel cannot be compiled")
+    pytest.importorskip("tvm_ffi", reason="apache-tvm-ffi is not installed")
+    code = (
+        "from sglang_fp32gemm.backends.cutedsl_dot import DotConfig, compile_kernel\n"
+        f"compile_kernel(DotConfig.parse({cfg.name!r}), {n}, {k})\n"
+    )
+    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path),
+               PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (ptx,) = tmp_path.glob("*.ptx")
+    return ptx.read_text()
+
+
+@pytest.mark.parametrize("cfg, n, k", [(DotConfig(4, 128, 2, True), 512, 7168),
+                                       (DotConfig(1, 64, 1, False), 1024, 4096)])
+def test_compiled_for_sm90_on_this_cpu_the_w_loads_come_first_and_nothing_is_atomic(tmp_path, cfg, n, k):
+    ptx = _compile_and_read_ptx(tmp_path, cfg, n, k)
+    body = ptx[ptx.index(".entry"):]
+    iters = k // (8 * cfg.threads)
+    loads = [mt.start() for mt in re.finditer(r"ld\.global[.a-z0-9]*\.v4", body)]
+    # Every W vector and every x vector is one 16-byte load.
+    assert len(loads) == cfg.rows * iters + cfg.max_m * iters, len(loads)
+    assert len(re.findall(r"\bfma\.rn\.f32\b", body)) == cfg.max_m * iters * cfg.rows * 8
+    assert not re.search(r"\b(atom|red)\.", body)  # no split-K, nothing to reduce through memory
+    if cfg.pdl:
+        wait = body.index("griddepcontrol.wait")
+        # The W loads (the first rows x iters) are issued before the wait, x after it.
+        assert sum(1 for p in loads if p < wait) == cfg.rows * iters
+        assert "griddepcontrol.launch_dependents" in body
+    else:
+        assert "griddepcontrol" not in body
