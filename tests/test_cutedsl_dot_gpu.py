@@ -33,7 +33,7 @@ def rnd(*shape):
 
 
 def order_reference(x, w, threads):
-    from sglang_fp32gemm.backends.cutedsl_dot_kernel import reference as ref
+    from sglang_fp32gemm.backends.cutedsl_dot import order_reference as ref
 
     return ref(x, w, threads)
 

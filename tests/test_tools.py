@@ -250,9 +250,14 @@ def test_a_dropped_row_that_would_leak_becomes_a_torch_pin():
 
 
 def test_cutedsl_compile_count_covers_every_exact_m_served():
-    rows = [TunedRow("sm90", 132, m, 1024, 7168, False, "torch.bfloat16", "torch.float32", False, False, "cutedsl",
-                     0, 0, 1.0, "t", 0.0, 0.0, 0.0) for m in (1, 16, 32)]
+    def row(m, name):
+        return TunedRow("sm90", 132, m, 1024, 7168, False, "torch.bfloat16", "torch.float32", False, False, "cutedsl",
+                        0, 0, 1.0, name, 0.0, 0.0, 0.0)
+
+    rows = [row(m, "cutedsl_warpsplitk_o16_t8_k256_s8_b1") for m in (1, 16, 32)]
     assert tune_rows.cutedsl_compiles(rows, GRID) == 1 + 12 + 16
+    # The dot kernel compiles once per (N, K) when bound, whatever the M.
+    assert tune_rows.cutedsl_compiles(rows + [row(2, "cutedsl_dot_m2_t128_r2_pdl")], GRID) == 1 + 12 + 16
 
 
 # -- the tuner loop, on CPU ------------------------------------------------------------

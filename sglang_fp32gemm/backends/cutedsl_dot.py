@@ -26,9 +26,8 @@ from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, Verdict
 
 logger = logging.getLogger(__name__)
 
-VEC = 8                   # bf16 per 16-byte load (cutedsl_dot_kernel.VEC)
+VEC = 8                   # bf16 per 16-byte load
 MAX_M = 4                 # the dot product wins only at the smallest M (issue 15)
-THREADS = (64, 128, 256)  # the tuner's choices; parse takes any multiple of 32 up to 1024
 ROWS = (1, 2, 4)
 _FORM = "cutedsl_dot_m<MAX_M>_t<THREADS>_r<ROWS>[_pdl]"
 _NAME_RE = re.compile(r"^cutedsl_dot_m(?P<m>\d+)_t(?P<t>\d+)_r(?P<r>\d+)(?P<pdl>_pdl)?$")
@@ -75,6 +74,29 @@ class DotConfig:
         if vectors > MAX_W_VECTORS:
             return False, f"{vectors} W vectors a thread (more than {MAX_W_VECTORS}: registers)"
         return OK
+
+
+def order_reference(x: torch.Tensor, w: torch.Tensor, threads: int) -> torch.Tensor:
+    """The kernel's sums in the kernel's order, in fp32 on x's device: per thread over its K slots, the
+    butterfly over the warp, the warps in order (IEEE fp32 adds give the same bits on any device)."""
+    m, k = x.shape
+    n = w.shape[0]
+    iters = k // (VEC * threads)
+    prod = x.float()[:, None, :] * w.float()[None, :, :]                      # [M, N, K], exact
+    prod = prod.view(m, n, iters, threads, VEC)                                  # K = (iter, thread, v)
+    acc = torch.zeros(m, n, threads, dtype=torch.float32, device=x.device)
+    for i in range(iters):
+        for v in range(VEC):
+            acc = acc + prod[:, :, i, :, v]
+    acc = acc.view(m, n, threads // 32, 32)
+    off = 16
+    while off:
+        acc = acc + acc[..., torch.arange(32, device=x.device) ^ off]
+        off //= 2
+    total = torch.zeros(m, n, dtype=torch.float32, device=x.device)
+    for q in range(threads // 32):
+        total = total + acc[..., q, 0]
+    return total
 
 
 def _source_tag() -> str:
@@ -144,13 +166,14 @@ class CuteDSLDotBackend(Backend):
         return _source_tag()
 
     def candidates(self, m: int, n: int, k: int) -> list[DotConfig]:
-        """At M 1, 2 and 4 (aiter's lookup gives each its own row): every thread and row count that
+        """At M 1, 2 and 4 (aiter's lookup gives each its own row): every thread count from 64 to 1024
+        that divides K into whole 16-byte slots (K=7168: 64, 128, 224, 448, 896) and row count that
         tiles the shape, with PDL on sm90 and later."""
         if m not in (1, 2, 4):
             return []
         pdl = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
         out = []
-        for threads in THREADS:
+        for threads in range(64, 1025, 32):
             for rows in ROWS:
                 cfg = DotConfig(m, threads, rows, pdl)
                 if cfg.check_shape(m, n, k)[0]:

@@ -16,20 +16,18 @@ multiply-add of an exact product); every sum is an fp32 sum, in an order
 fixed by the config: per thread along its K slots, then a butterfly over
 the warp, then the warps in index order. Deterministic.
 
-``reference`` beside the kernel computes the same sums in the same order on
-the CPU, so the order can be checked without a GPU.
+``cutedsl_dot.order_reference`` computes the same sums in the same order
+with torch (that module imports no cutlass), so the GPU tests compare bits.
 """
 
 from __future__ import annotations
 
-import torch
-
 import cutlass
 import cutlass.cute as cute
+import cutlass.memory
 from cutlass import const_expr
 
-#: bf16 elements per 16-byte load.
-VEC = 8
+from sglang_fp32gemm.backends.cutedsl_dot import VEC
 
 
 class DotKernel:
@@ -94,7 +92,7 @@ class DotKernel:
             cute.arch.griddepcontrol_launch_dependents()
 
         # 3. Butterfly over the warp, then the warps in index order.
-        smem = cutlass.utils.SmemAllocator()
+        smem = cutlass.memory.SmemAllocator()
         red = smem.allocate_tensor(cutlass.Float32, cute.make_layout((rows * max_m, warps), stride=(warps, 1)),
                                    byte_alignment=16)
         lane = cute.arch.lane_idx()
@@ -111,26 +109,3 @@ class DotKernel:
                 for q in cutlass.range_constexpr(warps):
                     total = total + red[tid, q]
                 out[mm, row0 + tid // max_m] = total
-
-
-def reference(x: torch.Tensor, w: torch.Tensor, threads: int) -> torch.Tensor:
-    """The kernel's sums in the kernel's order, in fp32 on x's device: per thread over its K slots, the
-    butterfly over the warp, the warps in order (IEEE fp32 adds give the same bits on any device)."""
-    m, k = x.shape
-    n = w.shape[0]
-    iters = k // (VEC * threads)
-    prod = x.float()[:, None, :] * w.float()[None, :, :]                      # [M, N, K], exact
-    prod = prod.view(m, n, iters, threads, VEC)                                  # K = (iter, thread, v)
-    acc = torch.zeros(m, n, threads, dtype=torch.float32, device=x.device)
-    for i in range(iters):
-        for v in range(VEC):
-            acc = acc + prod[:, :, i, :, v]
-    acc = acc.view(m, n, threads // 32, 32)
-    off = 16
-    while off:
-        acc = acc + acc[..., torch.arange(32, device=x.device) ^ off]
-        off //= 2
-    total = torch.zeros(m, n, dtype=torch.float32, device=x.device)
-    for q in range(threads // 32):
-        total = total + acc[..., q, 0]
-    return total
