@@ -107,7 +107,8 @@ class Router:
     def decide(self, x: torch.Tensor, w: torch.Tensor, caller: Optional[Caller] = None,
                captured: Optional[bool] = None) -> Entry:
         """The entry this call takes, counting nothing; ``captured``: as if under (True) or outside (False)
-        CUDA-graph capture, None: as this call is."""
+        CUDA-graph capture, None: as this call is. Taking an entry's eager alternative first runs its
+        ``prepare`` (the captured kernel's state for this stream, made outside capture)."""
         if not self.enabled:
             return self._off
         caller = caller or self._no_layer

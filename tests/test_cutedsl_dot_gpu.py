@@ -92,3 +92,11 @@ def test_under_graph_replay_on_a_side_stream_with_pdl_after_the_kernel_that_writ
         g.replay()
         torch.cuda.synchronize()
         check(out, (src.float() * 2).bfloat16(), w, cfg.threads)
+
+
+def test_a_misaligned_weight_raises_instead_of_loading_it_misaligned():
+    cfg, n, k = DotConfig(1, 128, 2, True), 512, 7168
+    fn = bound(cfg, n, k)
+    buf = rnd(n * k + 8)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        fn(rnd(1, k), buf[1:1 + n * k].view(n, k))

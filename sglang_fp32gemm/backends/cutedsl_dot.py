@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,6 @@ from typing import Any
 import torch
 
 from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, Verdict
-
-logger = logging.getLogger(__name__)
 
 VEC = 8                   # bf16 per 16-byte load
 MAX_M = 4                 # the dot product wins only at the smallest M (issue 15)
@@ -195,6 +192,9 @@ class CuteDSLDotBackend(Backend):
 
         def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
             m = x.shape[0]
+            if w.data_ptr() & 15:
+                # A weight is the same tensor on every call: the router disables the kernel (one warning).
+                raise ValueError("w is not 16-byte aligned (the compiled form loads it 16 bytes at a time)")
             if x.stride(0) % VEC or x.data_ptr() & 15:
                 # The compiled form takes 16-byte aligned rows: one row restrided, else a copy (M <= 4).
                 if m == 1 and not x.data_ptr() & 15:
