@@ -114,7 +114,7 @@ def compile_kernel(cfg: DotConfig, n: int, k: int) -> Any:
 
     from sglang_fp32gemm.backends.cutedsl_dot_kernel import DotKernel
 
-    kern = DotKernel(n, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl)
+    kern = DotKernel(n, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC)
     fake = cute.runtime.make_fake_tensor
     # x: any row stride that keeps 16-byte rows (the call copies x otherwise); w and out: packed.
     x = fake(cutlass.BFloat16, (cute.sym_int(), k), stride=(cute.sym_int64(divisibility=VEC), 1), assumed_align=16)

@@ -27,17 +27,16 @@ import cutlass.cute as cute
 import cutlass.memory
 from cutlass import const_expr
 
-from sglang_fp32gemm.backends.cutedsl_dot import VEC
-
 
 class DotKernel:
-    """One compiled form: (N, K) fixed, M <= ``max_m`` at run time."""
+    """One compiled form: (N, K) fixed, M <= ``max_m`` at run time; ``vec`` bf16 a load (8: 16 bytes)."""
 
-    def __init__(self, n: int, k: int, threads: int, rows: int, max_m: int, pdl: bool) -> None:
-        if threads % 32 or k % (VEC * threads) or n % rows:
+    def __init__(self, n: int, k: int, threads: int, rows: int, max_m: int, pdl: bool, vec: int) -> None:
+        if threads % 32 or k % (vec * threads) or n % rows:
             raise ValueError(f"threads={threads}, rows={rows} do not tile N={n}, K={k}")
         self.n, self.k, self.threads, self.rows, self.max_m, self.pdl = n, k, threads, rows, max_m, pdl
-        self.iters = k // (VEC * threads)
+        self.vec = vec
+        self.iters = k // (vec * threads)
         self.warps = threads // 32
 
     @cute.jit
@@ -52,14 +51,14 @@ class DotKernel:
     def kernel(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor):
         tid, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
-        rows, iters, max_m, threads, warps = self.rows, self.iters, self.max_m, self.threads, self.warps
+        rows, iters, max_m, threads, warps, vec = self.rows, self.iters, self.max_m, self.threads, self.warps, self.vec
         m_run = x.shape[0]
         row0 = bid * rows
 
         # 1. Every W vector this thread reads, into registers, before anything waits.
         wr = []
         for r in cutlass.range_constexpr(rows):
-            w_vec = cute.zipped_divide(w[row0 + r, None], (VEC,))  # ((VEC), (K / VEC))
+            w_vec = cute.zipped_divide(w[row0 + r, None], (vec,))  # ((vec), (K / vec))
             for i in cutlass.range_constexpr(iters):
                 src = w_vec[None, i * threads + tid]
                 dst = cute.make_rmem_tensor_like(src)
@@ -74,7 +73,7 @@ class DotKernel:
         acc.fill(0.0)
         for mm in cutlass.range_constexpr(max_m):
             if mm < m_run:
-                x_vec = cute.zipped_divide(x[mm, None], (VEC,))
+                x_vec = cute.zipped_divide(x[mm, None], (vec,))
                 for i in cutlass.range_constexpr(iters):
                     src = x_vec[None, i * threads + tid]
                     xr = cute.make_rmem_tensor_like(src)
@@ -83,7 +82,7 @@ class DotKernel:
                     for r in cutlass.range_constexpr(rows):
                         wf = wr[r * iters + i].load().to(cutlass.Float32)
                         s = acc[r * max_m + mm]
-                        for v in cutlass.range_constexpr(VEC):
+                        for v in cutlass.range_constexpr(vec):
                             s = s + wf[v] * xf[v]
                         acc[r * max_m + mm] = s
 
