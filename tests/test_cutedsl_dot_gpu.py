@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_fp32gemm.backends.cutedsl_dot import CuteDSLDotBackend, DotConfig
+from sglang_fp32gemm.backends.cutedsl_dot import CuteDSLDotBackend, DotConfig, order_reference
 from sglang_fp32gemm.exactness import measure, reference
 
 pytestmark = pytest.mark.skipif(
@@ -30,12 +30,6 @@ def bound(cfg: DotConfig, n: int, k: int):
 
 def rnd(*shape):
     return torch.randn(*shape, device="cuda").bfloat16()
-
-
-def order_reference(x, w, threads):
-    from sglang_fp32gemm.backends.cutedsl_dot import order_reference as ref
-
-    return ref(x, w, threads)
 
 
 def check(out, x, w, threads):

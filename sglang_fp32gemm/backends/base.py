@@ -18,7 +18,9 @@ the same stream finds it (docs/design.md, "Routing").
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, Callable
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -82,3 +84,34 @@ class Backend(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<backend {self.name}>"
+
+
+# -- what several backends ask of the machine ---------------------------------------------------------
+def file_source_tag(kernel_file: Path, dist: str, label: str) -> str:
+    """``<sha256 of kernel_file, 12 hex>-<label><installed version of dist, or none>`` (import-free): what a
+    backend's on-disk probe verdicts are keyed by."""
+    try:
+        from importlib.metadata import version
+
+        v = version(dist)
+    except Exception:  # not installed
+        v = "none"
+    return f"{hashlib.sha256(kernel_file.read_bytes()).hexdigest()[:12]}-{label}{v}"
+
+
+def nvidia_capability() -> tuple[Optional[tuple[int, int]], str]:
+    """(the current CUDA device's compute capability, "") or (None, why a CUDA-only kernel cannot run)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None, "no CUDA device"
+    if getattr(torch.version, "hip", None):
+        return None, "ROCm build of torch (the kernel is CUDA-only)"
+    return torch.cuda.get_device_capability(), ""
+
+
+def sm90_or_later() -> bool:
+    """Whether a CUDA device of sm90 or later is present: programmatic dependent launch (PDL) forms are offered."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9

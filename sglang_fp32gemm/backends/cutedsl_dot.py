@@ -14,14 +14,14 @@ backend rejects those names, and this one rejects its).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, Verdict
+from sglang_fp32gemm.backends.base import (OK, Backend, KernelFn, Verdict, file_source_tag, nvidia_capability,
+                                           sm90_or_later)
 
 VEC = 8                   # bf16 per 16-byte load
 MAX_M = 4                 # the dot product wins only at the smallest M (issue 15)
@@ -96,17 +96,6 @@ def order_reference(x: torch.Tensor, w: torch.Tensor, threads: int) -> torch.Ten
     return total
 
 
-def _source_tag() -> str:
-    try:
-        from importlib.metadata import version
-
-        v = version("nvidia-cutlass-dsl")
-    except Exception:  # not installed
-        v = "none"
-    src = (Path(__file__).parent / "cutedsl_dot_kernel.py").read_bytes()
-    return f"{hashlib.sha256(src).hexdigest()[:12]}-cutlass-dsl{v}"
-
-
 def compile_kernel(cfg: DotConfig, n: int, k: int) -> Any:
     """The TVM-FFI function ``f(x, w, out)`` for (cfg, N, K), compiled on fake tensors (M symbolic)."""
     import cutlass
@@ -136,11 +125,10 @@ class CuteDSLDotBackend(Backend):
     eager_ok = True
 
     def available(self) -> Verdict:
-        if not torch.cuda.is_available():
-            return False, "no CUDA device"
-        if getattr(torch.version, "hip", None):
-            return False, "ROCm build of torch (the kernel is CUDA-only)"
-        major, minor = torch.cuda.get_device_capability()
+        cap, why = nvidia_capability()
+        if cap is None:
+            return False, why
+        major, minor = cap
         if major < 9:
             return False, f"sm_{major}{minor}: the kernel is built and tested for sm90 and later"
         try:
@@ -160,7 +148,7 @@ class CuteDSLDotBackend(Backend):
         return cfg.check_shape(m, n, k)
 
     def source_tag(self, cfg: DotConfig) -> str:
-        return _source_tag()
+        return file_source_tag(Path(__file__).parent / "cutedsl_dot_kernel.py", "nvidia-cutlass-dsl", "cutlass-dsl")
 
     def candidates(self, m: int, n: int, k: int) -> list[DotConfig]:
         """At M 1, 2 and 4 (aiter's lookup gives each its own row): every thread count from 64 to 1024
@@ -168,7 +156,7 @@ class CuteDSLDotBackend(Backend):
         tiles the shape, with PDL on sm90 and later."""
         if m not in (1, 2, 4):
             return []
-        pdl = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+        pdl = sm90_or_later()
         out = []
         for threads in range(64, 1025, 32):
             for rows in ROWS:

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, NotReadyInCapture, Verdict
+from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, NotReadyInCapture, Verdict, nvidia_capability
 
 logger = logging.getLogger(__name__)
 
@@ -168,11 +168,10 @@ class CuteDSLWarpBackend(Backend):
     eager_ok = False
 
     def available(self) -> Verdict:
-        if not torch.cuda.is_available():
-            return False, "no CUDA device"
-        if getattr(torch.version, "hip", None):
-            return False, "ROCm build of torch (the kernel is CUDA-only)"
-        major, minor = torch.cuda.get_device_capability()
+        cap, why = nvidia_capability()
+        if cap is None:
+            return False, why
+        major, minor = cap
         if major not in (9, 10):
             # elect.sync and mbarrier try_wait need sm90; tactics are sized for
             # 227 KiB of shared memory, which sm_12x does not have.

@@ -14,7 +14,6 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
-import hashlib
 import logging
 import math
 import re
@@ -24,7 +23,8 @@ from typing import Any, Callable, ClassVar, Optional
 
 import torch
 
-from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, NotReadyInCapture, Verdict
+from sglang_fp32gemm.backends.base import (OK, Backend, KernelFn, NotReadyInCapture, Verdict, file_source_tag,
+                                           sm90_or_later)
 from sglang_fp32gemm.backends.triton_launch import BoundKernel, current_device_getter, raw_stream_getter
 
 logger = logging.getLogger(__name__)
@@ -102,14 +102,7 @@ class TileConfig:
 
 def kernel_source_tag() -> str:
     """Hash of the kernels' source (triton_kernels.py) and the installed Triton version (import-free)."""
-    try:
-        from importlib.metadata import version
-
-        tv = version("triton")
-    except Exception:  # not installed
-        tv = "none"
-    src = (Path(__file__).parent / "triton_kernels.py").read_bytes()
-    return f"{hashlib.sha256(src).hexdigest()[:12]}-triton{tv}"
+    return file_source_tag(Path(__file__).parent / "triton_kernels.py", "triton", "triton")
 
 
 def launch_once(jit_fn: Any, cfg: TileConfig, grid: tuple[int, ...], x: torch.Tensor, w: torch.Tensor,
@@ -161,7 +154,7 @@ def with_pdl(cfgs: list[TileConfig]) -> list[TileConfig]:
     """``cfgs`` and, on sm90+, their PDL forms: PDL wins alone but not always in a decode chain
     (docs/backends/triton.md, PDL), so the tuner keeps the choice. A PDL form holds its first W tile
     outside the pipeline: none where stages plus that tile pass ``SMEM_BUDGET``."""
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+    if not sm90_or_later():
         return cfgs
     return cfgs + [dataclasses.replace(c, pdl=True) for c in cfgs
                    if not c.pdl and fits_smem(c.bm, c.bn, c.bk, c.num_stages + 1)]
