@@ -90,11 +90,10 @@ class RouteTable:
         kernels.on_disable = self.retire
 
     # -- the hot path's lookup ----------------------------------------------
-    def get(self, device: torch.device, m: int, n: int, k: int) -> Entry:
-        idx = device.index if device.index is not None else -1
+    def get(self, idx: int, m: int, n: int, k: int) -> Optional[Entry]:
+        """The resolved entry of (device index, -1 on CPU, as ``Tensor.get_device``; N, K, M), or None."""
         route = self._routes.get((idx, n, k))
-        e = route[m] if route is not None else None
-        return e if e is not None else self.resolve(device, m, n, k)
+        return route[m] if route is not None else None
 
     # -- resolution, once per (device, N, K, M) -------------------------------
     def resolve(self, device: torch.device, m: int, n: int, k: int) -> Entry:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import torch
 
@@ -25,7 +25,7 @@ from sglang_fp32gemm.routes import Entry, Plan, RouteTable
 from sglang_fp32gemm.table import DeviceKey
 from sglang_fp32gemm.telemetry import Key, Telemetry
 
-__all__ = ["Router", "Caller", "Entry", "Plan", "ineligible", "get_router", "reset_router", "linear_bf16_fp32"]
+__all__ = ["Router", "Caller", "Entry", "Plan", "call_shape", "ineligible", "get_router", "reset_router", "linear_bf16_fp32"]
 
 _BF16 = torch.bfloat16
 NOT_2D_BF16 = "not a 2-D bf16 x bf16 call"
@@ -44,22 +44,34 @@ def capturing(x: torch.Tensor) -> bool:
     return x.is_cuda and _stream_capturing()
 
 
-def ineligible(x: torch.Tensor, w: torch.Tensor) -> Optional[str]:
-    """Why no fast kernel may take this call, or None: the guarantees every bound kernel relies on."""
-    if x.dtype is not _BF16 or w.dtype is not _BF16 or x.dim() != 2 or w.dim() != 2:
+def call_shape(x: torch.Tensor, w: torch.Tensor) -> Union[tuple[int, int, int, int], str]:
+    """(M, N, K, device index) of a call every bound kernel may take, or why none may (a str): the
+    guarantees every bound kernel relies on. The hot path: each shape and stride is read once."""
+    try:
+        m, k = x.shape
+        n, wk = w.shape
+    except ValueError:  # not 2-D (cheaper than asking dim() of both on every call)
         return NOT_2D_BF16
-    m, k = x.shape
-    if w.shape[1] != k:
+    if x.dtype is not _BF16 or w.dtype is not _BF16:
+        return NOT_2D_BF16
+    if wk != k:
         return "K of x and w differ"
     if not 0 < m <= MAX_M:
         return f"M outside 1..{MAX_M}"
-    if x.get_device() != w.get_device():
+    idx = x.get_device()
+    if idx != w.get_device():
         return "x and w on different devices"
-    if not (x.stride(1) == 1 or x.is_contiguous()) or not w.is_contiguous():
+    if not (x.stride()[1] == 1 or x.is_contiguous()) or not w.is_contiguous():
         return "x not row-major or w not contiguous"
     if (x.requires_grad or w.requires_grad) and torch.is_grad_enabled():
         return GRAD  # a kernel's result has no graph: the fallback keeps the gradient
-    return None
+    return m, n, k, idx
+
+
+def ineligible(x: torch.Tensor, w: torch.Tensor) -> Optional[str]:
+    """Why no fast kernel may take this call, or None (``call_shape``'s rules)."""
+    got = call_shape(x, w)
+    return got if isinstance(got, str) else None
 
 
 class Caller:
@@ -114,10 +126,11 @@ class Router:
         caller = caller or self._no_layer
         if not caller.selected:
             return self._reason(caller.reason)
-        why = ineligible(x, w)
-        if why is not None:
-            return self._reason(why)
-        e = self.routes.get(x.device, x.shape[0], w.shape[0], x.shape[1])
+        shape = call_shape(x, w)
+        if shape.__class__ is str:
+            return self._reason(shape)
+        m, n, k, idx = shape
+        e = self.routes.get(idx, m, n, k) or self.routes.resolve(x.device, m, n, k)
         if e.eager is not None and not (capturing(x) if captured is None else captured):
             if e.prepare is not None:
                 # The graph captured later on this stream runs e's kernel, not e.eager's.

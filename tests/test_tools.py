@@ -375,7 +375,7 @@ def test_rank_region_times_the_finalists_in_the_region_model_of_the_shape(tmp_pa
     assert torch_lines[-1]["setting"] == "chain"
 
 
-def test_where_torch_wins_the_region_eager_calls_get_the_fastest_eager_capable_kernel_alone(tmp_path, monkeypatch):
+def test_eager_calls_get_the_fastest_eager_capable_kernel_alone_where_the_region_ranks_another(tmp_path, monkeypatch):
     """torch adds least in the region: the fast table's row is torch; the eager table's row is the
     fastest kernel alone whose backend launches cheaply outside a graph (not the slow-launch one)."""
     monkeypatch.setattr(region, "spec_for", lambda n, k: region.MODELS["tiny"])
@@ -390,9 +390,14 @@ def test_where_torch_wins_the_region_eager_calls_get_the_fastest_eager_capable_k
     assert (r.eager.kernel, r.eager.us, r.torch_alone_us) == ("plain_a", 4.0, 10.0)
     assert [(x.M, x.libtype) for x in tune_rows.build_rows([r], KEY, [8], 0.02, False)] == [(8, "torch")]
     assert [(x.M, x.kernelName, x.us) for x in tune_rows.build_eager_rows([r], KEY, 0.02)] == [(8, "plain_a", 4.0)]
-    # where the ranked winner beats torch the fast table serves eager calls too: no eager row
+    # where the ranked winner (plain_b, 5 us alone) beats torch, eager calls get another kernel only where
+    # it is faster alone by the minimum gain; the same kernel needs no eager row
     won = dataclasses.replace(r, torch_us=4.0)
-    assert tune_rows.build_eager_rows([won], KEY, 0.02) == []
+    assert won.fast_alone_us == 5.0
+    assert [(x.M, x.kernelName, x.us) for x in tune_rows.build_eager_rows([won], KEY, 0.02)] == [(8, "plain_a", 4.0)]
+    assert tune_rows.build_eager_rows([dataclasses.replace(won, fast_alone_us=4.05)], KEY, 0.02) == []
+    assert tune_rows.build_eager_rows([dataclasses.replace(won, fast_alone_us=0.0)], KEY, 0.02) == []
+    assert tune_rows.build_eager_rows([dataclasses.replace(won, eager=won.fast)], KEY, 0.02) == []
     isolated = tuner.Tuner([f.backend], torch.device("cpu"), f.timer, log, top=3, torch_fn=f.torch_fn)
     assert isolated.shape(8, 128, 64, [8], tuner.gather_candidates([f.backend], 8, 128, 64, [8], {}, log)).eager is None
 

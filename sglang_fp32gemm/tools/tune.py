@@ -41,9 +41,10 @@ to its multi-stream limit (M <= 64 on Hopper), serial above; --rank chain
 GEMMs around the call. Torch is timed the same way, and a row is written only
 where the winner beats torch there. The median of --rounds interleaved rounds
 counts; every time goes to the log. Ranked that way, the tune also writes
---out-eager: where the ranked winner is torch, the fastest kernel alone whose
-backend launches cheaply outside a graph, if it beats torch alone (eager
-calls run on one stream; the router gives them that row).
+--out-eager: the fastest kernel alone whose backend launches cheaply outside a
+graph, where it beats torch alone and either torch won the rank or it beats
+the ranked winner's kernel alone too, by --min-gain (eager calls run alone,
+with no graph; the router gives them that row).
 
 Budget: --budget-s stops cleanly between candidates, keeps every finished
 shape and writes the tables; they are also rewritten after every shape, so a

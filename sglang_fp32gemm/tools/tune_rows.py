@@ -35,6 +35,7 @@ class ShapeResult:
     rejected: int = 0
     eager: Optional[Pick] = None  # ranked elsewhere: the fastest alone whose backend is eager_ok
     torch_alone_us: float = 0.0   # torch's time alone (torch_us is the rank's)
+    fast_alone_us: float = 0.0    # the ranked winner's time alone (0: not timed alone)
 
 
 def table_row(key, r: ShapeResult, p: Optional[Pick]) -> TunedRow:
@@ -78,9 +79,15 @@ def build_rows(results: Iterable[ShapeResult], key, grid: Iterable[int], min_gai
 
 
 def eager_row(r: ShapeResult, min_gain: float) -> bool:
-    """Whether the shape gets an eager-table row: the fast table's row is torch (the ranked winner) and
-    the fastest kernel alone with a cheap eager launch beats torch alone."""
-    return not wins(r.fast, r.torch_us, min_gain) and wins(r.eager, r.torch_alone_us, min_gain)
+    """Whether the shape gets an eager-table row. Its candidate (``r.eager``) is the fastest kernel alone with a
+    cheap eager launch (eager calls run alone, with no graph); it must beat torch alone, and either torch won
+    the rank, or it is another kernel than the ranked winner and beats that kernel alone too."""
+    if not wins(r.eager, r.torch_alone_us, min_gain):
+        return False
+    if not wins(r.fast, r.torch_us, min_gain):
+        return True
+    same = (r.eager.backend, r.eager.kernel) == (r.fast.backend, r.fast.kernel)
+    return not same and wins(r.eager, r.fast_alone_us, min_gain)
 
 
 def build_eager_rows(results: Iterable[ShapeResult], key, min_gain: float) -> list[TunedRow]:

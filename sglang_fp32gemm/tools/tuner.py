@@ -293,5 +293,7 @@ class Tuner:
         # Ranked elsewhere, the isolated winner among kernels with a cheap eager launch is what calls
         # outside capture (one stream, no graph) should take: the eager table's candidate.
         eager = pick([r for r in alone if r[1].backend.eager_ok], False) if self.rank != "isolated" else None
+        fast_alone_us = next((us for us, c, _ in alone if fast is not None and c.backend.name == fast.backend
+                              and c.kernel == fast.kernel), 0.0)
         return ShapeResult(m, n, k, torch_us, list(bucket), fast, det, timed=len(screened), rejected=rejected,
-                           eager=eager, torch_alone_us=torch_alone_us)
+                           eager=eager, torch_alone_us=torch_alone_us, fast_alone_us=fast_alone_us)
