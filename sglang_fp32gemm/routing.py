@@ -63,7 +63,8 @@ def call_shape(x: torch.Tensor, w: torch.Tensor) -> Union[tuple[int, int, int, i
         return "x and w on different devices"
     if not (x.stride()[1] == 1 or x.is_contiguous()) or not w.is_contiguous():
         return "x not row-major or w not contiguous"
-    if (x.requires_grad or w.requires_grad) and torch.is_grad_enabled():
+    # Grad mode first: SGLang serves with it off, and then neither tensor is asked.
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
         return GRAD  # a kernel's result has no graph: the fallback keeps the gradient
     return m, n, k, idx
 
