@@ -6,8 +6,10 @@ eager table it wrote beside it; at every key the fast file names, its row replac
 and the packaged eager row goes unless the same command wrote one there. Later sources win: 14b's
 region-ranked tune (Triton and the dot kernel with every thread count, M 1/2/4, K 7168 and 4096), then
 14b's joint check of those rows (torch rows where the routed subset lost in the region). 14a's tune
-offered Triton alone (the dot kernel was unavailable: no TVM-FFI in that call) and is not shipped. The
-deterministic table is unchanged: 14b's tune did not offer triton-det.
+offered Triton alone (the dot kernel was unavailable: no TVM-FFI in that call) and is not shipped. 14b's
+deterministic table is not shipped (its tune did not offer triton-det); the deterministic table takes 14d's
+rows instead (a region-ranked tune of triton-det and the dot kernel, K=7168, M 1/2/4; its budget ended
+before K=4096).
 
 Then every 14b shape's eager row is what the tuner's eager rule (tools/tune_rows.eager_row, as changed after
 14b ran) makes of 14b's log: the fastest exact kernel alone (both backends launch cheaply outside a graph),
@@ -34,7 +36,8 @@ def load(path):
     return {key(r): r for r in parse_csv(Path(path).read_text(), str(path))}
 
 
-fast, eager = load("configs/sm90.csv"), load("configs/sm90_eager.csv")
+fast, eager, det = load("configs/sm90.csv"), load("configs/sm90_eager.csv"), load("configs/sm90_deterministic.csv")
+det.update(load(R / "sm90_14d_deterministic.csv"))
 for f, e in SOURCES:
     new_fast, new_eager = load(R / f), load(R / e)
     for k, r in new_fast.items():
@@ -79,6 +82,7 @@ for (m, n, k), finals in sorted(alone.items()):
         eager[key] = tune_rows.table_row(KEY, r, r.eager)
     else:
         eager.pop(key, None)
-for path, rows in (("configs/sm90.csv", fast), ("configs/sm90_eager.csv", eager)):
+for path, rows in (("configs/sm90.csv", fast), ("configs/sm90_eager.csv", eager),
+                   ("configs/sm90_deterministic.csv", det)):
     Path(path).write_text(format_rows(rows.values()))  # the packaged order; new keys at the end
     print(f"{path}: {len(rows)} rows")
