@@ -128,6 +128,9 @@ class RouteTable:
             return Entry(None, None, f"{device.type} tensors")
         p = self.plan(self.device_key_of(device), m, n, k)
         eager = self._bind(p.eager, device, m, n, k) if p.eager is not None else None
+        if eager is not None and eager.run is None and p.backend is not None and p.backend.eager_ok:
+            # The eager table's kernel did not bind or pass its probe: eager calls keep the row's kernel.
+            eager = None
         return self._bind(p, device, m, n, k, eager)
 
     def _bind(self, p: Plan, device: torch.device, m: int, n: int, k: int,
@@ -190,15 +193,16 @@ class RouteTable:
     def _eager_table_plan(self, dev: DeviceKey, row: TunedRow, m: int, n: int, k: int,
                           check_available: bool) -> Optional[Plan]:
         """The eager table's plan for this call (fast mode), where it names another kernel than ``row``
-        and that kernel's backend is eager_ok; None: eager calls follow the fast table."""
+        whose backend is available, takes the call and is eager_ok; None: eager calls follow the fast
+        table."""
         table = self.config.eager_table
         erow = table.lookup(dev, m, n, k) if table is not None and not self.deterministic else None
         # Only the eager row of the fast row's own M: another M's (reached by rounding up) was made for that row.
         if erow is None or erow.M != row.M or (erow.libtype, erow.kernelName) == (row.libtype, row.kernelName):
             return None
         alt = self._plan_row(erow, m, n, k, check_available)
-        if alt.backend is not None and not alt.backend.eager_ok:
-            return None
+        if alt.backend is None or not alt.backend.eager_ok:
+            return None  # it cannot serve here (unavailable, declines) or launches slowly: the row's rules apply
         return dataclasses.replace(alt, reason=f"{alt.reason}; eager call: the eager table's row")
 
     def _row(self, dev: DeviceKey, m: int, n: int, k: int) -> Optional[TunedRow]:

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from conftest import assert_fp32_close, rand_bf16
-from fakes.fake_backends import FAKE_KERNEL, FAKE_KEY, OTHER_KERNEL, ExactFake, RaisingFake, fake_table, make_router
+from fakes.fake_backends import (FAKE_KERNEL, FAKE_KEY, OTHER_KERNEL, BindRaisingFake, Bf16RoundingFake, DecliningFake,
+                                 ExactFake, RaisingFake, UnavailableFake, fake_table, make_router)
 from sglang_fp32gemm import explain as explain_mod
 from sglang_fp32gemm import routing
 from sglang_fp32gemm.backends import probe as probe_mod
@@ -271,6 +272,29 @@ def test_the_eager_table_is_left_out_where_it_cannot_help(capture):
     assert same.plan(FAKE_KEY, 1, N, K).eager is None
     slow_eager = make_router([slow(), fast()], shapes=ROWS, eager_table=eager_rows((1, N, K, SLOW_KERNEL)))
     assert _call(slow_eager, 1, w, False, capture) == ("fast", FAKE_KERNEL)  # the nearest eager-capable row
+
+
+@pytest.mark.parametrize("eager_backend", [UnavailableFake, BindRaisingFake, Bf16RoundingFake, DecliningFake])
+def test_an_eager_row_that_cannot_serve_leaves_eager_calls_on_the_rows_kernel(capture, eager_backend):
+    """The eager table is an optimisation over a kernel row: where its kernel's backend is missing (e.g. no
+    TVM-FFI on an older SGLang), does not bind, fails its probe or declines the shape, eager calls run the
+    row's own kernel, as they would without the eager row (not torch)."""
+    other = eager_backend(name="other", kernels=("fake_eager_kernel",), libtype="cutedsl")
+    r = make_router([fast(), other], shapes=[(1, N, K)],
+                    eager_table=fake_table([(1, N, K, "fake_eager_kernel")], name="fake_eager.csv", libtype="cutedsl"))
+    w = rand_bf16(N, K)
+    for captured in (False, True, False):
+        assert _call(r, 1, w, captured, capture) == ("fast", FAKE_KERNEL)
+    assert r.resolve(torch.device("cpu"), 1, N, K).eager is None
+
+
+def test_an_eager_row_beside_a_torch_row_that_cannot_serve_leaves_eager_calls_on_torch(capture):
+    other = UnavailableFake(name="other", kernels=("fake_eager_kernel",), libtype="cutedsl")
+    r = make_router([other], table=TORCH_ROWS,
+                    eager_table=fake_table([(1, N, K, "fake_eager_kernel")], name="fake_eager.csv", libtype="cutedsl"))
+    w = rand_bf16(N, K)
+    assert _call(r, 1, w, False, capture)[0] == "torch"
+    assert _call(r, 1, w, True, capture) == ("torch", TORCH.format(2))
 
 
 def test_a_failing_eager_table_kernel_sends_eager_calls_to_the_fallback(capture):
