@@ -27,8 +27,7 @@ from sglang_fp32gemm.backends.cutedsl_warp import CuteDSLWarpBackend
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("cfg", [DotConfig(1, 128, 2, True), DotConfig(4, 64, 1), DotConfig(2, 256, 4, False),
-                                 DotConfig(4, 224, 2, True, 4), DotConfig(1, 64, 1, False, 8)])
+@pytest.mark.parametrize("cfg", [DotConfig(1, 128, 2, True), DotConfig(4, 64, 1), DotConfig(2, 256, 4, False)])
 def test_names_round_trip(cfg):
     assert DotConfig.parse(cfg.name) == cfg
     assert CuteDSLDotBackend().kernel_name(cfg) == cfg.name
@@ -39,10 +38,6 @@ def test_names_round_trip(cfg):
     ("cutedsl_dot_m1_t100_r1", "threads=100"),
     ("cutedsl_dot_m1_t128_r3", "rows=3"),
     ("cutedsl_dot_m1_t128", "is not of the form"),
-    ("cutedsl_dot_m1_t128_r1_s3", "splits=3"),
-    ("cutedsl_dot_m1_t128_r1_s16_pdl", "splits=16"),
-    ("cutedsl_dot_m1_t128_r1_s1", "one split is written without _s"),
-    ("cutedsl_dot_m1_t128_r1_pdl_s2", "is not of the form"),
     ("cutedsl_warpsplitk_o16_t8_k256_s8_b1", "is not of the form"),
 ])
 def test_bad_names_say_what_is_wrong(name, why):
@@ -75,9 +70,6 @@ def test_the_two_cutedsl_backends_take_only_their_own_names():
     (DotConfig(1, 64, 4), 1, 512, 7168, False),     # 56 W vectors a thread
     (DotConfig(1, 256, 2), 1, 512, 4096, True),
     (DotConfig(1, 128, 1), 1, 2560, 5120, True),
-    (DotConfig(4, 224, 2, False, 4), 4, 1024, 7168, True),  # 7168 = 8 x 224 x 4
-    (DotConfig(4, 128, 2, False, 2), 4, 1024, 7168, False),  # 7168 = 3.5 x 8 x 128 x 2
-    (DotConfig(1, 64, 4, False, 2), 1, 512, 7168, True),    # 28 W vectors a thread: the split halves them
 ])
 def test_shape_rules(cfg, m, n, k, ok):
     assert CuteDSLDotBackend().supports(cfg, m, n, k)[0] is ok
@@ -92,41 +84,20 @@ def test_candidates_only_at_m_1_2_4_and_every_one_takes_the_shape():
                 assert bool(cands) == (m in (1, 2, 4)), (m, n, k)
                 for c in cands:
                     assert c.max_m == m and b.supports(c, m, n, k)[0], (c, m, n, k)
-                    assert c.rows * k // (8 * c.threads * c.splits) <= MAX_W_VECTORS
-    by_split: dict = {}
-    for c in b.candidates(1, 512, 7168):
-        by_split.setdefault(c.splits, set()).add((c.threads, c.rows))
-    assert by_split == {
-        1: {(64, 1), (64, 2), (128, 1), (128, 2), (128, 4), (224, 1), (224, 2), (224, 4), (448, 1), (448, 2),
-            (448, 4), (896, 1), (896, 2), (896, 4)},
-        2: {(64, 1), (64, 2), (64, 4), (224, 1), (224, 2), (224, 4), (448, 1), (448, 2), (448, 4)},
-        4: {(224, 1), (224, 2), (224, 4)},  # 7168 / 8 / 4 = 224 slots; no split of 8 tiles K=7168
-    }
+                    assert c.rows * k // (8 * c.threads) <= MAX_W_VECTORS
+    assert {(c.threads, c.rows) for c in b.candidates(1, 512, 7168)} == {
+        (64, 1), (64, 2), (128, 1), (128, 2), (128, 4), (224, 1), (224, 2), (224, 4), (448, 1), (448, 2), (448, 4),
+        (896, 1), (896, 2), (896, 4)}
 
 
 def test_the_order_reference_is_an_exact_fp32_product():
     from sglang_fp32gemm.backends.cutedsl_dot import order_reference as reference
 
     torch.manual_seed(3)
-    for m, n, k, threads, splits in ((1, 16, 2048, 64, 1), (4, 8, 1024, 128, 1), (3, 4, 4096, 256, 1),
-                                     (4, 8, 4096, 64, 8), (2, 4, 7168, 224, 4)):
+    for m, n, k, threads in ((1, 16, 2048, 64), (4, 8, 1024, 128), (3, 4, 4096, 256)):
         x, w = exactness.random_bf16(m, k), exactness.random_bf16(n, k)
-        r = exactness.measure(reference(x, w, threads, splits), exactness.reference(x, w))
+        r = exactness.measure(reference(x, w, threads), exactness.reference(x, w))
         assert r.ok and r.rel_err <= 1e-5, r
-
-
-def test_the_split_order_reference_adds_the_splits_in_order():
-    """With splits, each split's sum is the unsplit kernel's over its slice of K, added in split order."""
-    from sglang_fp32gemm.backends.cutedsl_dot import order_reference as reference
-
-    torch.manual_seed(5)
-    x, w = exactness.random_bf16(2, 4096), exactness.random_bf16(8, 4096)
-    parts = [reference(x[:, c * 1024:(c + 1) * 1024], w[:, c * 1024:(c + 1) * 1024], 128) for c in range(4)]
-    want = torch.zeros(2, 8)
-    for part in parts:
-        want = want + part
-    assert torch.equal(reference(x, w, 128, 4), want)
-    assert not torch.equal(reference(x, w, 128, 4), reference(x, w, 128, 1))  # another order, other bits
 
 
 def _compile_and_read_ptx(tmp_path: Path, cfg: DotConfig, n: int, k: int) -> str:
@@ -149,25 +120,16 @@ def _compile_and_read_ptx(tmp_path: Path, cfg: DotConfig, n: int, k: int) -> str
 
 @pytest.mark.parametrize("cfg, n, k", [(DotConfig(4, 128, 2, True), 512, 7168),
                                        (DotConfig(1, 64, 1, False), 1024, 4096),
-                                       (DotConfig(2, 896, 4, True), 2048, 7168),
-                                       (DotConfig(4, 224, 2, True, 4), 1024, 7168),
-                                       (DotConfig(1, 64, 1, False, 2), 512, 4096)])
+                                       (DotConfig(2, 896, 4, True), 2048, 7168)])
 def test_compiled_for_sm90_on_this_cpu_the_w_loads_come_first_and_nothing_is_atomic(tmp_path, cfg, n, k):
     ptx = _compile_and_read_ptx(tmp_path, cfg, n, k)
     body = ptx[ptx.index(".entry"):]
-    iters = k // (8 * cfg.threads * cfg.splits)
+    iters = k // (8 * cfg.threads)
     loads = [mt.start() for mt in re.finditer(r"ld\.global[.a-z0-9]*\.v4", body)]
     # Every W vector and every x vector is one 16-byte load.
     assert len(loads) == cfg.rows * iters + cfg.max_m * iters, len(loads)
     assert len(re.findall(r"\bfma\.rn\.f32\b", body)) == cfg.max_m * iters * cfg.rows * 8
-    assert not re.search(r"\b(atom|red)\.", body)  # nothing is reduced through global memory
-    remote = re.findall(r"\bst\.shared::cluster\.f32\b", body)
-    if cfg.splits > 1:
-        # The partial sums meet in the first CTA's shared memory: one remote store, two cluster barriers.
-        assert len(remote) == 1 and "mapa.shared::cluster" in body
-        assert body.count("barrier.cluster.arrive") == 2 and body.count("barrier.cluster.wait") == 2
-    else:
-        assert not remote and "barrier.cluster" not in body
+    assert not re.search(r"\b(atom|red)\.", body)  # no split-K, nothing to reduce through memory
     if cfg.pdl:
         wait = body.index("griddepcontrol.wait")
         # The W loads (the first rows x iters) are issued before the wait, x after it.

@@ -1,9 +1,8 @@
 """NVIDIA backend ``cutedsl-dot``: our CuTe-DSL dot-product kernel for M <= 4 (``cutedsl_dot_kernel.py``).
 
-One CTA per ``rows`` rows of W over the whole K (or, with ``splits`` S, a
-cluster of S CTAs over S slices of K, reduced in distributed shared memory),
-every W load in flight before the first multiply; what it is and why it is
-exact: the kernel module. Compiled once per (config, device, N, K) in ``bind``, on
+One CTA per ``rows`` rows of W over the whole K, every W load in flight
+before the first multiply, no split-K; what it is and why it is exact: the
+kernel module. Compiled once per (config, device, N, K) in ``bind``, on
 fake tensors (M symbolic), with ``--enable-tvm-ffi``: a call passes the
 torch tensors and the kernel launches on torch's current stream, with no
 per-call conversion. Names parse without imports; cutlass and tvm_ffi are
@@ -27,9 +26,8 @@ from sglang_fp32gemm.backends.base import (OK, Backend, KernelFn, Verdict, file_
 VEC = 8                   # bf16 per 16-byte load
 MAX_M = 4                 # the dot product wins only at the smallest M (issue 15)
 ROWS = (1, 2, 4)
-SPLITS = (1, 2, 4, 8)      # CTAs a cluster along K; 8 is the portable cluster size
-_FORM = "cutedsl_dot_m<MAX_M>_t<THREADS>_r<ROWS>[_s<SPLITS>][_pdl]"
-_NAME_RE = re.compile(r"^cutedsl_dot_m(?P<m>\d+)_t(?P<t>\d+)_r(?P<r>\d+)(?:_s(?P<s>\d+))?(?P<pdl>_pdl)?$")
+_FORM = "cutedsl_dot_m<MAX_M>_t<THREADS>_r<ROWS>[_pdl]"
+_NAME_RE = re.compile(r"^cutedsl_dot_m(?P<m>\d+)_t(?P<t>\d+)_r(?P<r>\d+)(?P<pdl>_pdl)?$")
 # A thread keeps rows x K / (8 x threads) 16-byte W vectors in registers.
 MAX_W_VECTORS = 32
 
@@ -42,7 +40,6 @@ class DotConfig:
     threads: int
     rows: int
     pdl: bool = False
-    splits: int = 1
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_m <= MAX_M:
@@ -51,61 +48,51 @@ class DotConfig:
             raise ValueError(f"threads={self.threads}: must be a multiple of 32 in 32..1024")
         if self.rows not in ROWS:
             raise ValueError(f"rows={self.rows}: must be one of {ROWS}")
-        if self.splits not in SPLITS:
-            raise ValueError(f"splits={self.splits}: must be one of {SPLITS}")
 
     @property
     def name(self) -> str:
-        return (f"cutedsl_dot_m{self.max_m}_t{self.threads}_r{self.rows}"
-                + (f"_s{self.splits}" if self.splits > 1 else "") + ("_pdl" if self.pdl else ""))
+        return f"cutedsl_dot_m{self.max_m}_t{self.threads}_r{self.rows}" + ("_pdl" if self.pdl else "")
 
     @classmethod
     def parse(cls, name: str) -> "DotConfig":
         g = _NAME_RE.match(name)
         if g is None:
             raise ValueError(f"kernelName {name!r} is not of the form {_FORM}")
-        if g["s"] is not None and int(g["s"]) < 2:
-            raise ValueError(f"kernelName {name!r}: one split is written without _s")
-        return cls(int(g["m"]), int(g["t"]), int(g["r"]), g["pdl"] is not None, int(g["s"] or 1))
+        return cls(int(g["m"]), int(g["t"]), int(g["r"]), g["pdl"] is not None)
 
     def check_shape(self, m: int, n: int, k: int) -> Verdict:
         if not 1 <= m <= self.max_m:
             return False, f"M={m} is outside 1..{self.max_m}"
         if n <= 0 or n % self.rows:
             return False, f"N={n} is not a multiple of rows={self.rows}"
-        per = VEC * self.threads * self.splits
-        if k <= 0 or k % per:
-            return False, f"K={k} is not a multiple of 8 x threads x splits = {per}"
-        vectors = self.rows * k // per
+        if k <= 0 or k % (VEC * self.threads):
+            return False, f"K={k} is not a multiple of 8 x threads = {VEC * self.threads}"
+        vectors = self.rows * k // (VEC * self.threads)
         if vectors > MAX_W_VECTORS:
             return False, f"{vectors} W vectors a thread (more than {MAX_W_VECTORS}: registers)"
         return OK
 
 
-def order_reference(x: torch.Tensor, w: torch.Tensor, threads: int, splits: int = 1) -> torch.Tensor:
+def order_reference(x: torch.Tensor, w: torch.Tensor, threads: int) -> torch.Tensor:
     """The kernel's sums in the kernel's order, in fp32 on x's device: per thread over its K slots, the
-    butterfly over the warp, the warps in order, then the splits in order (IEEE fp32 adds give the same
-    bits on any device)."""
+    butterfly over the warp, the warps in order (IEEE fp32 adds give the same bits on any device)."""
     m, k = x.shape
     n = w.shape[0]
-    iters = k // (VEC * threads * splits)
+    iters = k // (VEC * threads)
     prod = x.float()[:, None, :] * w.float()[None, :, :]                      # [M, N, K], exact
-    prod = prod.view(m, n, splits, iters, threads, VEC)                          # K = (split, iter, thread, v)
+    prod = prod.view(m, n, iters, threads, VEC)                                  # K = (iter, thread, v)
+    acc = torch.zeros(m, n, threads, dtype=torch.float32, device=x.device)
+    for i in range(iters):
+        for v in range(VEC):
+            acc = acc + prod[:, :, i, :, v]
+    acc = acc.view(m, n, threads // 32, 32)
+    off = 16
+    while off:
+        acc = acc + acc[..., torch.arange(32, device=x.device) ^ off]
+        off //= 2
     total = torch.zeros(m, n, dtype=torch.float32, device=x.device)
-    for c in range(splits):
-        acc = torch.zeros(m, n, threads, dtype=torch.float32, device=x.device)
-        for i in range(iters):
-            for v in range(VEC):
-                acc = acc + prod[:, :, c, i, :, v]
-        acc = acc.view(m, n, threads // 32, 32)
-        off = 16
-        while off:
-            acc = acc + acc[..., torch.arange(32, device=x.device) ^ off]
-            off //= 2
-        part = torch.zeros(m, n, dtype=torch.float32, device=x.device)
-        for q in range(threads // 32):
-            part = part + acc[..., q, 0]
-        total = total + part if splits > 1 else part
+    for q in range(threads // 32):
+        total = total + acc[..., q, 0]
     return total
 
 
@@ -116,7 +103,7 @@ def compile_kernel(cfg: DotConfig, n: int, k: int) -> Any:
 
     from sglang_fp32gemm.backends.cutedsl_dot_kernel import DotKernel
 
-    kern = DotKernel(n, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC, cfg.splits)
+    kern = DotKernel(n, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC)
     fake = cute.runtime.make_fake_tensor
     # x: any row stride that keeps 16-byte rows (the call copies x otherwise); w and out: packed.
     x = fake(cutlass.BFloat16, (cute.sym_int(), k), stride=(cute.sym_int64(divisibility=VEC), 1), assumed_align=16)
@@ -164,19 +151,18 @@ class CuteDSLDotBackend(Backend):
         return file_source_tag(Path(__file__).parent / "cutedsl_dot_kernel.py", "nvidia-cutlass-dsl", "cutlass-dsl")
 
     def candidates(self, m: int, n: int, k: int) -> list[DotConfig]:
-        """At M 1, 2 and 4 (aiter's lookup gives each its own row): every thread count from 64 to 1024,
-        split count and row count that divide the shape into whole 16-byte slots (K=7168, one split:
-        64, 128, 224, 448, 896 threads; two: 64, 224, 448; four: 224), with PDL on sm90 and later."""
+        """At M 1, 2 and 4 (aiter's lookup gives each its own row): every thread count from 64 to 1024
+        that divides K into whole 16-byte slots (K=7168: 64, 128, 224, 448, 896) and row count that
+        tiles the shape, with PDL on sm90 and later."""
         if m not in (1, 2, 4):
             return []
         pdl = sm90_or_later()
         out = []
-        for splits in SPLITS:
-            for threads in range(64, 1025, 32):
-                for rows in ROWS:
-                    cfg = DotConfig(m, threads, rows, pdl, splits)
-                    if cfg.check_shape(m, n, k)[0]:
-                        out.append(cfg)
+        for threads in range(64, 1025, 32):
+            for rows in ROWS:
+                cfg = DotConfig(m, threads, rows, pdl)
+                if cfg.check_shape(m, n, k)[0]:
+                    out.append(cfg)
         return out
 
     def bind(self, cfg: DotConfig, device: torch.device, n: int, k: int) -> KernelFn:

@@ -8,17 +8,13 @@ whole K; each of its ``threads`` threads loads ``iters`` 16-byte vectors of
 each row (K = iters x threads x 8, every offset known when compiled), into
 registers, before it multiplies anything. With ``pdl`` those loads are
 issued before ``griddepcontrol.wait`` (W does not depend on the kernel
-before this one) and x is read after it. With ``splits`` S > 1, a cluster
-of S CTAs shares the rows, each CTA one S-th of K (S times the CTAs, each
-with an S-th of the loads); the S partial sums meet in the first CTA's
-shared memory (distributed shared memory, one cluster barrier). No
-workspace, no atomics, no second kernel in either form.
+before this one) and x is read after it. There is no split-K: no
+workspace, no atomics, no second kernel.
 
 Why it is exact: every product is bf16 x bf16, exact in fp32 (fused
 multiply-add of an exact product); every sum is an fp32 sum, in an order
 fixed by the config: per thread along its K slots, then a butterfly over
-the warp, then the warps in index order, then (S > 1) the CTAs of the
-cluster in rank order. Deterministic.
+the warp, then the warps in index order. Deterministic.
 
 ``cutedsl_dot.order_reference`` computes the same sums in the same order
 with torch (that module imports no cutlass), so the GPU tests compare bits.
@@ -32,33 +28,23 @@ import cutlass.memory
 from cutlass import const_expr
 
 
-def _store_remote_f32(value, local: cute.Pointer, rank) -> None:
-    """``value`` into the shared memory of CTA ``rank`` of this cluster, at the address ``local`` has here."""
-    addr = cute.arch.map_dsmem_ptr(local, rank).toint()
-    cute.arch.inline_ptx("st.shared::cluster.f32 [{$r0}], {$r1};", read_only_args=[cutlass.Int32(addr), value])
-
-
 class DotKernel:
-    """One compiled form: (N, K) fixed, M <= ``max_m`` at run time; ``vec`` bf16 a load (8: 16 bytes);
-    ``splits`` CTAs a cluster along K (1: no cluster)."""
+    """One compiled form: (N, K) fixed, M <= ``max_m`` at run time; ``vec`` bf16 a load (8: 16 bytes)."""
 
-    def __init__(self, n: int, k: int, threads: int, rows: int, max_m: int, pdl: bool, vec: int,
-                 splits: int = 1) -> None:
-        if threads % 32 or k % (vec * threads * splits) or n % rows:
-            raise ValueError(f"threads={threads}, rows={rows}, splits={splits} do not tile N={n}, K={k}")
+    def __init__(self, n: int, k: int, threads: int, rows: int, max_m: int, pdl: bool, vec: int) -> None:
+        if threads % 32 or k % (vec * threads) or n % rows:
+            raise ValueError(f"threads={threads}, rows={rows} do not tile N={n}, K={k}")
         self.n, self.k, self.threads, self.rows, self.max_m, self.pdl = n, k, threads, rows, max_m, pdl
-        self.vec, self.splits = vec, splits
-        self.iters = k // (vec * threads * splits)
+        self.vec = vec
+        self.iters = k // (vec * threads)
         self.warps = threads // 32
 
     @cute.jit
     def __call__(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor, stream):
         slots = self.rows * self.max_m
         self.kernel(x, w, out).launch(
-            grid=(self.n // self.rows * self.splits, 1, 1), block=(self.threads, 1, 1),
-            cluster=[self.splits, 1, 1] if self.splits > 1 else None,
-            smem=slots * self.warps * 4 + 16 + (slots * self.splits * 4 + 16 if self.splits > 1 else 0),
-            stream=stream, use_pdl=self.pdl,
+            grid=(self.n // self.rows, 1, 1), block=(self.threads, 1, 1),
+            smem=slots * self.warps * 4 + 16, stream=stream, use_pdl=self.pdl,
         )
 
     @cute.kernel
@@ -66,24 +52,15 @@ class DotKernel:
         tid, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         rows, iters, max_m, threads, warps, vec = self.rows, self.iters, self.max_m, self.threads, self.warps, self.vec
-        splits = self.splits
         m_run = x.shape[0]
-        slot0 = 0  # this CTA's first 16-byte slot along K
-        if const_expr(splits == 1):
-            row0 = bid * rows
-        else:
-            rank = cute.arch.block_idx_in_cluster()  # the cluster spans consecutive CTAs along x
-            row0 = (bid // splits) * rows
-            slot0 = rank * (iters * threads)
-            # Every CTA of the cluster has started before any writes into another's shared memory.
-            cute.arch.cluster_arrive_relaxed()
+        row0 = bid * rows
 
         # 1. Every W vector this thread reads, into registers, before anything waits.
         wr = []
         for r in cutlass.range_constexpr(rows):
             w_vec = cute.zipped_divide(w[row0 + r, None], (vec,))  # ((vec), (K / vec))
             for i in cutlass.range_constexpr(iters):
-                src = w_vec[None, slot0 + i * threads + tid]
+                src = w_vec[None, i * threads + tid]
                 dst = cute.make_rmem_tensor_like(src)
                 cute.autovec_copy(src, dst)
                 wr.append(dst)
@@ -98,7 +75,7 @@ class DotKernel:
             if mm < m_run:
                 x_vec = cute.zipped_divide(x[mm, None], (vec,))
                 for i in cutlass.range_constexpr(iters):
-                    src = x_vec[None, slot0 + i * threads + tid]
+                    src = x_vec[None, i * threads + tid]
                     xr = cute.make_rmem_tensor_like(src)
                     cute.autovec_copy(src, xr)
                     xf = xr.load().to(cutlass.Float32)
@@ -113,14 +90,10 @@ class DotKernel:
             # Dependents still wait for this whole grid before they read out.
             cute.arch.griddepcontrol_launch_dependents()
 
-        # 3. Butterfly over the warp, then the warps in index order (then the cluster's CTAs in rank order).
+        # 3. Butterfly over the warp, then the warps in index order.
         smem = cutlass.memory.SmemAllocator()
         red = smem.allocate_tensor(cutlass.Float32, cute.make_layout((rows * max_m, warps), stride=(warps, 1)),
                                    byte_alignment=16)
-        if const_expr(splits > 1):
-            part = smem.allocate_tensor(cutlass.Float32, cute.make_layout((splits, rows * max_m),
-                                                                          stride=(rows * max_m, 1)),
-                                        byte_alignment=16)
         lane = cute.arch.lane_idx()
         warp = cute.arch.warp_idx()
         for j in cutlass.range_constexpr(rows * max_m):
@@ -128,31 +101,10 @@ class DotKernel:
             if lane == 0:
                 red[j, warp] = v
         cute.arch.sync_threads()
-        if const_expr(splits == 1):
-            if tid < rows * max_m:
-                mm = tid % max_m
-                if mm < m_run:
-                    total = cutlass.Float32(0.0)
-                    for q in cutlass.range_constexpr(warps):
-                        total = total + red[tid, q]
-                    out[mm, row0 + tid // max_m] = total
-        else:
-            cute.arch.cluster_wait()  # the first barrier: every CTA of the cluster is running
-            if tid < rows * max_m:
+        if tid < rows * max_m:
+            mm = tid % max_m
+            if mm < m_run:
                 total = cutlass.Float32(0.0)
                 for q in cutlass.range_constexpr(warps):
                     total = total + red[tid, q]
-                if rank == 0:
-                    part[0, tid] = total
-                else:
-                    _store_remote_f32(total, part.iterator + cute.crd2idx((rank, tid), part.layout), 0)
-            # Release the stores above, acquire the others' (barrier.cluster's default semantics).
-            cute.arch.cluster_arrive()
-            cute.arch.cluster_wait()
-            if rank == 0 and tid < rows * max_m:
-                mm = tid % max_m
-                if mm < m_run:
-                    total = cutlass.Float32(0.0)
-                    for c in cutlass.range_constexpr(splits):
-                        total = total + part[c, tid]
-                    out[mm, row0 + tid // max_m] = total
+                out[mm, row0 + tid // max_m] = total
