@@ -1,8 +1,8 @@
 """The decision for one call (``Router.decide``), and the process's router.
 
 Every hook, ``Router.call``, ``describe_call`` and ``explain`` decide through
-``Router.decide``: enabled? -> layer selected (``Caller``)? -> ``ineligible(x,
-w)``? -> the route table's entry -> its eager alternative when the call is
+``Router.decide``: enabled? -> layer selected (``Caller``)? -> ``call_shape(x,
+w)`` (or why no kernel may take it)? -> the route table's entry -> its eager alternative when the call is
 not being captured; docs/design.md ("The path of one call"). The router
 receives a ``Config``; ``get_router()`` loads the process's one once.
 """
@@ -25,7 +25,7 @@ from sglang_fp32gemm.routes import Entry, Plan, RouteTable
 from sglang_fp32gemm.table import DeviceKey
 from sglang_fp32gemm.telemetry import Key, Telemetry
 
-__all__ = ["Router", "Caller", "Entry", "Plan", "call_shape", "ineligible", "get_router", "reset_router", "linear_bf16_fp32"]
+__all__ = ["Router", "Caller", "Entry", "Plan", "call_shape", "get_router", "reset_router", "linear_bf16_fp32"]
 
 _BF16 = torch.bfloat16
 NOT_2D_BF16 = "not a 2-D bf16 x bf16 call"
@@ -67,12 +67,6 @@ def call_shape(x: torch.Tensor, w: torch.Tensor) -> Union[tuple[int, int, int, i
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
         return GRAD  # a kernel's result has no graph: the fallback keeps the gradient
     return m, n, k, idx
-
-
-def ineligible(x: torch.Tensor, w: torch.Tensor) -> Optional[str]:
-    """Why no fast kernel may take this call, or None (``call_shape``'s rules)."""
-    got = call_shape(x, w)
-    return got if isinstance(got, str) else None
 
 
 class Caller:
