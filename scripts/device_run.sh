@@ -16,6 +16,8 @@
 #                 caller named there) and give each
 #                 backend column its tuned config. Nothing is written to configs/: commit
 #                 $OUT's tables there by hand if they are wanted.
+#   tune-serial   python -m sglang_fp32gemm tune --rank serial into $OUT/tune_serial/sm90_serial.csv
+#                 (SERIAL_ARGS, SERIAL_TIMEOUT); later steps route with it (calls outside the region)
 #   joint         python -m sglang_fp32gemm joint (the tables' kernels timed together in the decode
 #                 region; torch rows where they lose) into $OUT/joint/; later steps route with its tables
 #   bench:MODES   python -m sglang_fp32gemm bench with MODES, a comma list of graph, det,
@@ -24,7 +26,7 @@
 #   explain       python -m sglang_fp32gemm explain (plugin enabled) into $OUT/explain.txt
 #
 # Variables: TUNE_ARGS (default "--budget-s 260"; e.g. "--m 1 2 4 --k 7168"), TUNE_TIMEOUT (290),
-# JOINT_ARGS (e.g. "--model pro --m 1,2,4"), JOINT_TIMEOUT (240),
+# SERIAL_ARGS (default "--budget-s 260"), SERIAL_TIMEOUT (290), JOINT_ARGS (e.g. "--model pro --m 1,2,4"), JOINT_TIMEOUT (240),
 # GPU_TESTS (test files, default every tests/test_*gpu*.py), GPU_TESTS_TIMEOUT (240),
 # BENCH_ARGS (extra bench options, e.g. "--m 1-32 --k 7168"), BENCH_TIMEOUT (300), FUZZ_CASES (40),
 # TUNE_LOG (a tune log or tuned CSV for the backend columns when no tune step ran; default the
@@ -37,7 +39,7 @@
 # (e.g. unpack versions gpu-tests tune bench:graph: ~10 + 10 + 90 + 290 + 160 s).
 set -uo pipefail
 : "${OUT:?OUT must name the output folder (the device machine sets it)}"
-[ $# -gt 0 ] || { sed -n '2,37p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,39p' "$0"; exit 2; }
 T0=$(date +%s)
 say() { echo "== [$(( $(date +%s) - T0 ))s] $*"; }
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -96,13 +98,24 @@ step_tune() {
   use_tables "$d/sm90.csv" "$d/sm90_deterministic.csv" "$d/sm90_eager.csv"
 }
 
+step_tune_serial() {
+  local d=$OUT/tune_serial
+  mkdir -p "$d"
+  # shellcheck disable=SC2086
+  timeout -k 10 "${SERIAL_TIMEOUT:-290}" python3 -m sglang_fp32gemm tune --rank serial ${SERIAL_ARGS:---budget-s 260} \
+    --out "$d/sm90_serial.csv" --summary "$d/tune_summary.json" \
+    --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
+  echo "tune-serial rc=$?"; grep -v '^\[' "$d/tune.txt" | tail -n 6 | cut -c1-200
+  use_tables "$d/sm90_serial.csv"
+}
+
 # Later steps of this call route with these tables (the non-empty ones), on top of any the caller named.
 use_tables() {
   local t new=()
   for t in "$@"; do [ -s "$t" ] && new+=("$t"); done
   [ ${#new[@]} -gt 0 ] || return 0
   if python3 -c "import sys; from sglang_fp32gemm.table import TunedTables as T; t = T.load(sys.argv[1:]); \
-print(len(t.fast), 'fast,', len(t.deterministic), 'deterministic and', len(t.eager), 'eager rows load')" "${new[@]}"; then
+print(len(t.fast), 'fast,', len(t.deterministic), 'deterministic,', len(t.eager), 'eager and', len(t.serial), 'serial rows load')" "${new[@]}"; then
     # later files override earlier ones
     export SGLANG_FLYDSL_FP32_GEMM_CONFIG=${SGLANG_FLYDSL_FP32_GEMM_CONFIG:+$SGLANG_FLYDSL_FP32_GEMM_CONFIG:}$(IFS=:; echo "${new[*]}")
   else
@@ -157,7 +170,8 @@ for s in "$@"; do
   say "$s"
   case $name in
     unpack) step_unpack ;; versions) step_versions ;; gpu-tests) step_gpu_tests ;; tune) step_tune ;;
+    tune-serial) step_tune_serial ;;
     bench) step_bench "$arg" ;; fuzz) step_fuzz ;; explain) step_explain ;; joint) step_joint ;;
-    *) echo "unknown step $s (unpack versions gpu-tests tune joint bench:MODES fuzz explain)"; exit 2 ;;
+    *) echo "unknown step $s (unpack versions gpu-tests tune tune-serial joint bench:MODES fuzz explain)"; exit 2 ;;
   esac
 done

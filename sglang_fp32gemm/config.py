@@ -25,6 +25,9 @@ class Config:
     selection: Optional[layers_mod.LayerSelection]
     #: The eager table (``*_eager.csv``): what fast-mode calls outside graph capture take where it has a row.
     eager_table: Optional[TunedTable] = None
+    #: The serial table (``*_serial.csv``) laid over the fast table: what fast-mode calls outside SGLang's
+    #: multi-stream region take; None when no file has serial rows.
+    serial_table: Optional[TunedTable] = None
 
     @property
     def enabled(self) -> bool:
@@ -45,4 +48,5 @@ def load(env: Optional[Mapping[str, str]] = None,
             validate_kernel_names(tables.rows(), parsers)
     except ConfigError as e:
         raise ConfigError(one_line(e)) from None
-    return Config(s, tables.fast, tables.deterministic, selection, tables.eager)
+    serial = tables.serial.laid_over(tables.fast) if len(tables.serial) else None
+    return Config(s, tables.fast, tables.deterministic, selection, tables.eager, serial)

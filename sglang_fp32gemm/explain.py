@@ -33,8 +33,19 @@ def _kernel(r) -> Optional[str]:
 
 def _shape_route(router: routing.Router, dev: Optional[DeviceKey], device: Optional[torch.device],
                  m: int, n: int, k: int) -> str:
+    text = _one_route(router, dev, device, m, n, k, False)
+    if router.serial_routes is not None:
+        serial = _one_route(router, dev, device, m, n, k, True)
+        if serial != text:
+            text += f"; outside SGLang's multi-stream region: {serial}"
+    return text
+
+
+def _one_route(router: routing.Router, dev: Optional[DeviceKey], device: Optional[torch.device],
+               m: int, n: int, k: int, serial: bool) -> str:
     # On this device, the route itself, resolved as a call would resolve it (bind and probe included).
-    r = router.resolve(device, m, n, k) if device is not None else router.plan(dev, m, n, k, check_available=False)
+    r = (router.resolve(device, m, n, k, serial) if device is not None
+         else router.plan(dev, m, n, k, check_available=False, serial=serial))
     kernel = _kernel(r)
     text = f"{kernel} ({r.reason})" if kernel else f"torch ({r.reason})"
     if r.eager is not None:  # the eager table's row, or the row's backend launches slowly outside a graph
@@ -70,8 +81,12 @@ def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple
         # Load as if enabled, so a user sees what enabling would do.
         env = dict(os.environ, **{settings_mod.ENABLE_VAR: "1"})
         cfg = config_mod.load(env, parsers=parsers(backends))
-        p(f"tables: {', '.join(cfg.table.files + cfg.det_table.files + cfg.eager_table.files)} "
-          f"({len(cfg.table)} rows, {len(cfg.det_table)} deterministic, {len(cfg.eager_table)} eager)")
+        serial = cfg.serial_table
+        serial_files = serial.files[len(cfg.table.files):] if serial is not None else []
+        p(f"tables: {', '.join(cfg.table.files + cfg.det_table.files + cfg.eager_table.files + serial_files)} "
+          f"({len(cfg.table)} rows, {len(cfg.det_table)} deterministic, {len(cfg.eager_table)} eager, "
+          + ("the serial files laid over the fast table outside SGLang's multi-stream region)" if serial_files
+             else "no serial table)"))
         p(f"layers: {cfg.selection.describe()}")
         # Where the child-process probes (gfx950 kernels) keep their passes.
         p(f"probe verdicts: {verdict_cache.describe_dir(settings_mod.probe_cache_dir())}")

@@ -152,6 +152,13 @@ def around_naming(original_fn: Callable, self: Any, x: torch.Tensor, *args: Any,
         _thread.layer = prev
 
 
+def around_overlapped(original_fn: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
+    """``MQALayer``'s multi-stream prepares: the GEMMs they issue run beside other streams, so they take
+    the fast table's rows (ranked there), not the serial table's (``routing.overlapped``)."""
+    with routing.overlapped():
+        return original_fn(self, *args, **kwargs)
+
+
 def name_v41_layer(result: Any, owner: Any, *args: Any, **kwargs: Any) -> None:
     """AFTER ``MQALayer.__init__``: give its DeepSeek-V4.1 compressor the layer id (it has none)."""
     comp = getattr(owner, "__dict__", {}).get("_modules", {}).get("compressor")

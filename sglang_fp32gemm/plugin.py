@@ -29,7 +29,8 @@ LAYERS_FLAG = "--flydsl-fp32-gemm-layers"
 # module globals holding functions: SGLang's registry rebinds any module
 # global that holds a patched original.
 STATE: dict[str, Any] = {"registered": False, "off": False, "layout": None, "linear_target": None,
-                         "compressor_target": None, "layer_targets": [], "v41_targets": [], "hooks": [],
+                         "compressor_target": None, "layer_targets": [], "v41_targets": [], "overlap_targets": [],
+                         "hooks": [],
                          "errors": []}
 _register_lock = threading.Lock()
 
@@ -118,6 +119,28 @@ def _hook_gemms(hook: Callable, HookType: Any) -> None:
         STATE["compressor_target"] = lay.layer_targets[0]
     if lay is not None and lay.linear_module:
         _hook_v41(hook, HookType)
+        _hook_multi_stream(hook, HookType)
+
+
+def _hook_multi_stream(hook: Callable, HookType: Any) -> None:
+    """Mark SGLang's multi-stream region, so that calls outside it take the serial table's rows.
+    Without the methods there is no telling, and every call takes the fast table's rows."""
+    from sglang_fp32gemm import hooks, routing
+
+    targets = []
+    for name in releases.MULTI_STREAM_METHODS:
+        dotted = f"{releases.MQA_LAYER}.{name}"
+        found, err = releases.lookup(dotted)
+        if found:
+            hook(dotted, hooks.around_overlapped, HookType.AROUND)
+            targets.append(dotted)
+        elif err is not None:
+            break
+    STATE["overlap_targets"] = targets
+    if not targets:
+        routing.serial_routes_allowed = False
+        logger.warning("sglang-fp32gemm: %s.%s not found: the serial table is not used (every call takes "
+                       "the fast table's rows)", releases.MQA_LAYER, releases.MULTI_STREAM_METHODS[0])
 
 
 def _hook_v41(hook: Callable, HookType: Any) -> None:
@@ -167,6 +190,9 @@ def describe() -> list[str]:
         elif lay.layer_method:
             out.append(f"hooked {', '.join(lay.layer_targets)} (AROUND; names the calling layer for "
                        "the linear_bf16_fp32 hook)")
+        if STATE["overlap_targets"]:
+            out.append(f"hooked {', '.join(STATE['overlap_targets'])} (AROUND; marks SGLang's multi-stream "
+                       "region: calls outside it take the serial table's rows)")
         if STATE["v41_targets"]:
             out.append(f"hooked {', '.join(STATE['v41_targets'])} (AROUND; names DeepSeek-V4.1's compressor "
                        f"layer, kind v41) and {releases.V41_OWNER_INIT} (AFTER; gives it its layer id)")

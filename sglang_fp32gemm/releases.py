@@ -24,6 +24,11 @@ V41_COMPRESSOR = "sglang.srt.layers.attention.dsv4.dsv41_sparse.DeepseekV41Compr
 V41_METHODS = ("project", "project_fused")
 # The attention layer that builds it knows the layer id; the compressor does not.
 V41_OWNER_INIT = "sglang.srt.models.deepseek_v4.MQALayer.__init__"
+# The attention layer's multi-stream prepares (every release 0.5.12-0.5.23 has the first): the compressor
+# and indexer GEMMs they issue run on side streams, beside the main stream's GEMMs.
+MQA_LAYER = "sglang.srt.models.deepseek_v4.MQALayer"
+MULTI_STREAM_METHODS = ("_forward_prepare_multi_stream", "_forward_prepare_low_ratio_multi_stream",
+                        "_forward_prepare_multi_stream_hip")
 
 
 @dataclasses.dataclass(frozen=True)

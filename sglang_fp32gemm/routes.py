@@ -19,7 +19,7 @@ import torch
 from sglang_fp32gemm import config as config_mod
 from sglang_fp32gemm.backends.base import MAX_M, Backend
 from sglang_fp32gemm.kernels import Bound, KernelCache
-from sglang_fp32gemm.table import DeviceKey, TunedRow, device_key
+from sglang_fp32gemm.table import DeviceKey, TunedRow, TunedTable, device_key
 from sglang_fp32gemm.telemetry import Key, Telemetry
 
 CAPTURE_REASON = "not resolved before graph capture"
@@ -77,8 +77,13 @@ class RouteTable:
     device_types: tuple[str, ...] = ("cuda",)
 
     def __init__(self, config: Optional[config_mod.Config], backends: dict[str, list[Backend]],
-                 deterministic: bool, kernels: KernelCache, telemetry: Telemetry):
+                 deterministic: bool, kernels: KernelCache, telemetry: Telemetry,
+                 table: Optional[TunedTable] = None, base: Optional[TunedTable] = None):
         self.config = config
+        #: The fast table this route table reads (default the config's; the serial routes: the serial table).
+        self.table = table if table is not None or config is None else config.table
+        #: The table ``table`` was laid over (serial routes): its row serves where the top row's kernel cannot.
+        self.base = base
         self.backends = backends
         self.deterministic = deterministic
         self.kernels = kernels
@@ -87,7 +92,6 @@ class RouteTable:
         self._routes: dict[tuple[int, int, int], list[Optional[Entry]]] = {}
         self._available: dict[str, tuple[bool, str]] = {}
         self._dev_keys: dict[int, Optional[DeviceKey]] = {}
-        kernels.on_disable = self.retire
 
     # -- the hot path's lookup ----------------------------------------------
     def get(self, idx: int, m: int, n: int, k: int) -> Optional[Entry]:
@@ -185,6 +189,12 @@ class RouteTable:
         if row is None:
             return Plan(None, None, None, f"no tuned row for {dev} N={n} K={k} at this M")
         p = self._plan_row(row, m, n, k, check_available)
+        if p.backend is None and row.libtype != "torch" and self.base is not None:
+            below = self.base.lookup(dev, m, n, k)
+            alt = self._plan_row(below, m, n, k, check_available) if below not in (None, row) else None
+            if alt is not None and alt.backend is not None:
+                # The serial row's kernel cannot serve here (unavailable, declines): the fast row's can.
+                p, row = dataclasses.replace(alt, reason=f"{alt.reason}; the serial row cannot serve: {p.reason}"), below
         eager = self._eager_table_plan(dev, row, m, n, k, check_available)
         if eager is None and p.backend is not None and not p.backend.eager_ok:
             eager = self._eager_plan(dev, p, m, n, k, check_available)
@@ -207,11 +217,11 @@ class RouteTable:
 
     def _row(self, dev: DeviceKey, m: int, n: int, k: int) -> Optional[TunedRow]:
         row = self.config.det_table.lookup(dev, m, n, k) if self.deterministic else None
-        return row or self.config.table.lookup(dev, m, n, k)
+        return row or self.table.lookup(dev, m, n, k)
 
     def _eager_plan(self, dev: DeviceKey, p: Plan, m: int, n: int, k: int, check_available: bool) -> Plan:
         """What eager calls take instead of ``p``: the row of (dev, N, K) nearest M whose backend is eager_ok."""
-        tables = (self.config.table, self.config.det_table) if self.deterministic else (self.config.table,)
+        tables = (self.table, self.config.det_table) if self.deterministic else (self.table,)
         ms = sorted({r.M for t in tables for r in t.rows()
                      if (r.gfx, r.cu_num, r.N, r.K) == (dev.gfx, dev.cu_num, n, k)})
         why = f"eager call: {p.backend.name} host cost exceeds torch's"

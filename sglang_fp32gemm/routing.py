@@ -2,16 +2,18 @@
 
 Every hook, ``Router.call``, ``describe_call`` and ``explain`` decide through
 ``Router.decide``: enabled? -> layer selected (``Caller``)? -> ``call_shape(x,
-w)`` (or why no kernel may take it)? -> the route table's entry -> its eager alternative when the call is
+w)`` (or why no kernel may take it)? -> the route table's entry (the serial routes' outside
+SGLang's multi-stream region, where a serial table exists) -> its eager alternative when the call is
 not being captured; docs/design.md ("The path of one call"). The router
 receives a ``Config``; ``get_router()`` loads the process's one once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from typing import Callable, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 import torch
 
@@ -25,7 +27,8 @@ from sglang_fp32gemm.routes import Entry, Plan, RouteTable
 from sglang_fp32gemm.table import DeviceKey
 from sglang_fp32gemm.telemetry import Key, Telemetry
 
-__all__ = ["Router", "Caller", "Entry", "Plan", "call_shape", "get_router", "reset_router", "linear_bf16_fp32"]
+__all__ = ["Router", "Caller", "Entry", "Plan", "call_shape", "get_router", "reset_router", "linear_bf16_fp32",
+           "overlapped", "in_overlapped_region"]
 
 _BF16 = torch.bfloat16
 NOT_2D_BF16 = "not a 2-D bf16 x bf16 call"
@@ -37,6 +40,34 @@ GRAD = "inputs require grad"
 
 # The capture state of the current stream, without torch.cuda's Python wrapper.
 _stream_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
+
+
+class _Schedule(threading.local):
+    #: SGLang's multi-stream prepare runs on this thread (hooks.around_overlapped): this layer's fp32
+    #: GEMMs run on side streams, beside the main stream's GEMMs.
+    overlapped = False
+
+
+_schedule = _Schedule()
+#: False where the plugin could not hook SGLang's multi-stream prepares (nothing would mark the region):
+#: routers made then ignore the serial table.
+serial_routes_allowed = True
+
+
+@contextlib.contextmanager
+def overlapped() -> Iterator[None]:
+    """Calls made inside run beside other streams (SGLang's multi-stream decode region): they take the
+    fast table's rows, ranked there; calls outside take the serial table's, where it has rows."""
+    prev = _schedule.overlapped
+    _schedule.overlapped = True
+    try:
+        yield
+    finally:
+        _schedule.overlapped = prev
+
+
+def in_overlapped_region() -> bool:
+    return _schedule.overlapped
 
 
 def capturing(x: torch.Tensor) -> bool:
@@ -96,6 +127,14 @@ class Router:
         self.telemetry = Telemetry()
         self.kernels = KernelCache(self.telemetry, getattr(s, "probe_timeout_s", None))
         self.routes = RouteTable(config, backends, self.deterministic, self.kernels, self.telemetry)
+        serial = (config.serial_table if config is not None and not self.deterministic and serial_routes_allowed
+                  else None)
+        #: Calls outside SGLang's multi-stream region (serial steps, eager calls): the serial table laid
+        #: over the fast one; None when there is no serial table (every call takes ``routes``).
+        self.serial_routes: Optional[RouteTable] = (
+            RouteTable(config, backends, False, self.kernels, self.telemetry, table=serial, base=config.table)
+            if serial is not None else None)
+        self.kernels.on_disable = self._retire
         sel = config.selection if config is not None else None
         self._no_layer = Caller(None, sel is None or sel.selects(None))
         self._off = Entry(None, None, BAD_CONFIG if error else "disabled", counted=error is not None,
@@ -125,7 +164,8 @@ class Router:
         if shape.__class__ is str:
             return self._reason(shape)
         m, n, k, idx = shape
-        e = self.routes.get(idx, m, n, k) or self.routes.resolve(x.device, m, n, k)
+        routes = self.routes if self.serial_routes is None or _schedule.overlapped else self.serial_routes
+        e = routes.get(idx, m, n, k) or routes.resolve(x.device, m, n, k)
         if e.eager is not None and not (capturing(x) if captured is None else captured):
             if e.prepare is not None:
                 # The graph captured later on this stream runs e's kernel, not e.eager's.
@@ -142,6 +182,14 @@ class Router:
         if e.key is not None and self.telemetry.count(e.key) and e.first_log is not None:
             self.telemetry.once(*e.first_log)
         return e.run
+
+    def route_tables(self) -> list[RouteTable]:
+        """The fast routes, then the serial routes where there are any."""
+        return [self.routes] if self.serial_routes is None else [self.routes, self.serial_routes]
+
+    def _retire(self, bound: Bound) -> None:
+        for routes in self.route_tables():
+            routes.retire(bound)
 
     def _reason(self, reason: str) -> Entry:
         e = self._reasons.get(reason)
@@ -173,11 +221,16 @@ class Router:
     def reset_counters(self) -> None:
         self.telemetry.reset()
 
-    def resolve(self, device: torch.device, m: int, n: int, k: int) -> Entry:
-        return self.routes.resolve(device, m, n, k)
+    def _routes_for(self, serial: bool) -> RouteTable:
+        return self.serial_routes if serial and self.serial_routes is not None else self.routes
 
-    def plan(self, dev: Optional[DeviceKey], m: int, n: int, k: int, check_available: bool = True) -> Plan:
-        return self.routes.plan(dev, m, n, k, check_available)
+    def resolve(self, device: torch.device, m: int, n: int, k: int, serial: bool = False) -> Entry:
+        """The entry of a shape inside SGLang's multi-stream region, or outside it (``serial``)."""
+        return self._routes_for(serial).resolve(device, m, n, k)
+
+    def plan(self, dev: Optional[DeviceKey], m: int, n: int, k: int, check_available: bool = True,
+             serial: bool = False) -> Plan:
+        return self._routes_for(serial).plan(dev, m, n, k, check_available)
 
     def entries(self) -> dict[tuple[int, int, int, int], Entry]:
         return self.routes.entries()

@@ -288,6 +288,8 @@ def validate_kernel_names(rows: Iterable[TunedRow], parsers: Mapping[str, Sequen
 DETERMINISTIC_SUFFIX = "_deterministic.csv"
 #: Rows for calls outside CUDA-graph capture where they differ from the fast table's (fast mode only).
 EAGER_SUFFIX = "_eager.csv"
+#: Rows for calls outside SGLang's multi-stream (overlapped) region, laid over the fast table's (fast mode only).
+SERIAL_SUFFIX = "_serial.csv"
 
 
 def is_deterministic_file(name: str | os.PathLike) -> bool:
@@ -296,10 +298,14 @@ def is_deterministic_file(name: str | os.PathLike) -> bool:
 
 
 def table_of(name: str | os.PathLike) -> str:
-    """Which table a file's rows go to, by its name: ``deterministic``, ``eager`` or ``fast``."""
+    """Which table a file's rows go to, by its name: ``deterministic``, ``eager``, ``serial`` or ``fast``."""
     if is_deterministic_file(name):
         return "deterministic"
-    return "eager" if os.path.basename(os.fspath(name)).endswith(EAGER_SUFFIX) else "fast"
+    base = os.path.basename(os.fspath(name))
+    for suffix, kind in ((EAGER_SUFFIX, "eager"), (SERIAL_SUFFIX, "serial")):
+        if base.endswith(suffix):
+            return kind
+    return "fast"
 
 
 class TunedTable:
@@ -319,6 +325,12 @@ class TunedTable:
     def load(cls, extra_paths: Iterable[str] = (), deterministic: bool = False) -> "TunedTable":
         """The fast table (default) or the deterministic one; see ``TunedTables.load``."""
         return TunedTables.load(extra_paths).for_mode(deterministic)
+
+    def laid_over(self, base: "TunedTable") -> "TunedTable":
+        """``base`` with this table's rows overriding its rows of the same key."""
+        t = TunedTable([("", base.every_row()), ("", self.every_row())])
+        t.files = base.files + self.files
+        return t
 
     def rows(self) -> list[TunedRow]:
         """The merged rows: one per key, the last file's."""
@@ -344,16 +356,17 @@ class TunedTable:
 
 @dataclasses.dataclass(frozen=True)
 class TunedTables:
-    """The fast, the deterministic and the eager table."""
+    """The fast, the deterministic, the eager and the serial table."""
 
     fast: TunedTable
     deterministic: TunedTable
     eager: TunedTable = dataclasses.field(default_factory=lambda: TunedTable([]))
+    serial: TunedTable = dataclasses.field(default_factory=lambda: TunedTable([]))
 
     @classmethod
     def load(cls, extra_paths: Iterable[str] = ()) -> "TunedTables":
         """Packaged files, then ``extra_paths``, each read and validated once."""
-        files: dict[str, list[tuple[str, list[TunedRow]]]] = {"fast": [], "deterministic": [], "eager": []}
+        files: dict[str, list[tuple[str, list[TunedRow]]]] = {"fast": [], "deterministic": [], "eager": [], "serial": []}
         for name, text in packaged_tables():
             files[table_of(name)].append((name, parse_csv(text, name)))
         for p in extra_paths:
@@ -365,4 +378,5 @@ class TunedTables:
 
     def rows(self) -> list[TunedRow]:
         """Every row of every file of the tables, overridden ones included (for start-up validation)."""
-        return self.fast.every_row() + self.deterministic.every_row() + self.eager.every_row()
+        return (self.fast.every_row() + self.deterministic.every_row() + self.eager.every_row()
+                + self.serial.every_row())

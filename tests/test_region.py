@@ -205,7 +205,7 @@ def test_route_check_fails_when_a_call_is_not_where_the_table_says(tmp_path, fak
     real = region_bench._route_check
     # a captured call counted under another key (as if it had run on torch) must fail the check
     monkeypatch.setattr(region_bench, "_route_check",
-                        lambda ctx, x, counted: real(ctx, x, {("torch", "x"): 1, **counted}))
+                        lambda ctx, x, counted, schedule: real(ctx, x, {("torch", "x"): 1, **counted}, schedule))
     argv = ["--region", "--region-model", "tiny", "--region-m", "1", "--region-schedule", "serial",
             "--out-dir", str(tmp_path)]
     assert bench.main(argv, backends=[], device=torch.device("cpu"), timer=StepTimer()) == 0

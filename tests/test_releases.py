@@ -185,10 +185,14 @@ def test_release_layout_and_hooks(version, report):
     assert st["linear_target"] == f"{linear_module}.linear_bf16_fp32"
     comp = "sglang.srt.layers.attention.dsv4.compressor.Compressor"
     assert st["layer_targets"] == [f"{comp}.{m}" for m in methods]
+    mqa = "sglang.srt.models.deepseek_v4.MQALayer"
+    assert st["overlap_targets"][0] == f"{mqa}._forward_prepare_multi_stream"  # every release has it
     assert set(st["hooks"]) == {st["linear_target"], *st["layer_targets"],
                                 "sglang.srt.server_args.ServerArgs.add_cli_args",
                                 "sglang.srt.server_args.ServerArgs.from_cli_args",
-                                *(V41_HOOKS if version in HAS_V41 else ())}
+                                *(V41_HOOKS if version in HAS_V41 else ()), *st["overlap_targets"]}
+    # The hooked prepare marks the region while it runs, and only then (calls outside take the serial table).
+    assert report["overlap_marked"] == {"before": False, "inside": [True], "after": False}
     assert report["linear_hooked"] and all(report["methods_hooked"].values())
     assert report["describe"][0] == f"SGLang {version}: release layout {family}"
 

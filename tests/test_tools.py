@@ -354,20 +354,22 @@ def test_rank_chain_orders_the_finalists_by_what_they_add_to_the_serial_chain(tm
         tuner.Tuner([f.backend], torch.device("cpu"), f.timer, log, rank="fastest")
 
 
-@pytest.mark.parametrize("m,schedule", [(8, "overlapped"), (96, "serial")])
-def test_rank_region_times_the_finalists_in_the_region_model_of_the_shape(tmp_path, monkeypatch, m, schedule):
+@pytest.mark.parametrize("m,rank,schedule", [(8, "region", "overlapped"), (96, "region", "serial"),
+                                             (8, "serial", "serial")])
+def test_rank_region_times_the_finalists_in_the_region_model_of_the_shape(tmp_path, monkeypatch, m, rank, schedule):
     """The tiny model's N=128 GEMM (its one ratio-4 compressor): each finalist alone in that slot, the
-    other fp32 GEMM (N=64) left out; one slow round (plain_b's first, the 4th step of 15) does not decide."""
+    other fp32 GEMM (N=64) left out; one slow round (plain_b's first, the 4th step of 15) does not decide.
+    --rank serial: the serial schedule at every M (what SGLang runs outside its multi-stream region)."""
     tiny = region.MODELS["tiny"]
     monkeypatch.setattr(region, "spec_for", lambda n, k: tiny if (n, k) == (128, 64) else None)
     f = CostedFakes(only_w=(128, 64), slow_steps=(4,))
     log = common.JsonLog(str(tmp_path / "log.jsonl"))
-    t = tuner.Tuner([f.backend], torch.device("cpu"), f.timer, log, top=3, rank="region", torch_fn=f.torch_fn)
+    t = tuner.Tuner([f.backend], torch.device("cpu"), f.timer, log, top=3, rank=rank, torch_fn=f.torch_fn)
     r = t.shape(m, 128, 64, [m], tuner.gather_candidates([f.backend], m, 128, 64, [m], {}, log))
     assert (r.fast.kernel, r.fast.us, r.torch_us) == ("plain_b", 3.0, 8.0)
     assert f.steps == [0, 1, 1, 1, 1] * 3  # 3 rounds of: none, torch, the 3 finalists; 1 call each
     lines = log_lines(tmp_path / "log.jsonl")
-    ranked = {x["kernel"]: (x["us"], x["setting"]) for x in lines if x.get("phase") == "region" and "kernel" in x}
+    ranked = {x["kernel"]: (x["us"], x["setting"]) for x in lines if x.get("phase") == rank and "kernel" in x}
     assert ranked == {c: (CostedFakes.COST[c], f"region:tiny:{schedule}") for c in ("plain_a", "plain_b", "plain_c")}
     # no model has the shape: the chain ranks it
     t.shape(m, 32, 64, [m], tuner.gather_candidates([f.backend], m, 32, 64, [m], {}, log))
@@ -418,6 +420,27 @@ def test_tune_writes_the_eager_table_only_when_it_ranks_elsewhere(tmp_path, caps
     assert [(r.M, r.kernelName, r.us) for r in parse_csv(eager.read_text(), str(eager))] == [(8, "flaky_det", 3.0)]
     assert f"1 rows to {eager}" in capsys.readouterr().out
     assert json.load(open(args.summary))["shapes"][0]["eager"]["row"] is True
+
+
+def test_tune_rank_serial_writes_only_the_serial_table_and_pins_no_unreached_m(tmp_path, capsys):
+    """The serial table lies over the fast one: its rows are the shapes tuned (a torch row where torch
+    won there), with no pins for grid M the budget did not reach, and no deterministic or eager table."""
+    fast, det, _ = fakes()
+    args = tune_args(tmp_path, m=[1, 8, 16], n=[32], k=[64], rank="serial", out=str(tmp_path / "sm90_serial.csv"),
+                     out_det=None)
+    assert tune.run(args, backends=[fast, det], device=torch.device("cpu"), timer=FakeTimer(2.05)) == 0
+    # no model has (32, 64): the fake chain, where every call adds the same 4 us, torch's too: torch rows
+    assert [(r.M, r.libtype) for r in parse_csv(open(args.out).read(), args.out)] == \
+        [(1, "torch"), (8, "torch"), (16, "torch")]
+    assert sorted(p.name for p in tmp_path.glob("*.csv")) == ["sm90_serial.csv"]
+    assert "deterministic" not in capsys.readouterr().out.split("wrote")[-1]
+    # M=16 not reached: the fast tune pins it (M 9-16 would round up to another row's kernel); the serial
+    # table leaves the fast table's row there
+    win = tune_rows.Pick("fast", "triton", "lowbad_fast", 1.0, 0.0, 2, False)
+    reached = [tune_rows.ShapeResult(1, 32, 64, 2.0, [1], None, None),
+               tune_rows.ShapeResult(8, 32, 64, 2.0, [8], win, None)]
+    assert [r.M for r in tune_rows.build_rows(reached, KEY, [1, 8, 16], 0.02, False)] == [1, 8, 16]
+    assert [r.M for r in tune_rows.build_rows(reached, KEY, [1, 8, 16], 0.02, False, pin_unreached=False)] == [1, 8]
 
 
 def test_tuner_writes_a_torch_row_where_torch_wins(tmp_path):

@@ -258,6 +258,19 @@ class Streams:
 Gemm = Optional[dict[int, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]]
 
 
+def overlapped(steps: Sequence[Step]) -> bool:
+    """Whether a layer's plan runs on SGLang's side streams (its multi-stream prepare)."""
+    return any(s.stream != MAIN for s in steps)
+
+
+def schedule_region(schedule: str):
+    """What the router is told while a layer of ``schedule`` is issued: SGLang's multi-stream prepare
+    marks its region (``routing.overlapped``); the serial prepare marks nothing."""
+    from sglang_fp32gemm import routing
+
+    return routing.overlapped() if schedule == "overlapped" else contextlib.nullcontext()
+
+
 def run_layers(plans: Sequence[Sequence[Step]], weights: Sequence[dict[str, torch.Tensor]], x: torch.Tensor,
                gemm: Gemm, streams: Streams, placeholders: Optional[dict[int, torch.Tensor]] = None
                ) -> tuple[list[torch.Tensor], list[tuple[int, str]], list[torch.Tensor]]:
@@ -272,25 +285,26 @@ def run_layers(plans: Sequence[Sequence[Step]], weights: Sequence[dict[str, torc
     fp32, where, keep = [], [], []
     for layer, (steps, w) in enumerate(zip(plans, weights)):
         t = {"x": x}
-        for s in steps:
-            if s.kind in (WAIT_STREAM, RECORD, WAIT_EVENT):
-                bound.sync(s)
-                continue
-            src = t[s.src] if s.cols is None else t[s.src][:, s.cols[0]:s.cols[1]]
-            with bound.on(s.stream):
-                if s.kind == GEMM_BF16:
-                    out = F.linear(src, w[s.name])
-                elif s.kind == GEMM_FP32:
-                    if gemm is None or s.n not in gemm:
-                        out = placeholders[s.n]
+        with schedule_region("overlapped" if overlapped(steps) else "serial"):
+            for s in steps:
+                if s.kind in (WAIT_STREAM, RECORD, WAIT_EVENT):
+                    bound.sync(s)
+                    continue
+                src = t[s.src] if s.cols is None else t[s.src][:, s.cols[0]:s.cols[1]]
+                with bound.on(s.stream):
+                    if s.kind == GEMM_BF16:
+                        out = F.linear(src, w[s.name])
+                    elif s.kind == GEMM_FP32:
+                        if gemm is None or s.n not in gemm:
+                            out = placeholders[s.n]
+                        else:
+                            out = gemm[s.n](src, w[s.name])
+                            fp32.append(out)
+                            where.append((layer, s.name))
                     else:
-                        out = gemm[s.n](src, w[s.name])
-                        fp32.append(out)
-                        where.append((layer, s.name))
-                else:
-                    out = torch.mul(src, 0.5)
-            t[s.name] = out
-            keep.append(out)
+                        out = torch.mul(src, 0.5)
+                t[s.name] = out
+                keep.append(out)
     return fp32, where, keep
 
 

@@ -88,8 +88,9 @@ def _fp32_modes(bench, ctx: Ctx, m: int, rec: dict) -> dict[str, Any]:
     return modes
 
 
-def _route_check(ctx: Ctx, x: torch.Tensor, counted: dict) -> dict:
-    """Did every captured routed call run the kernel the table names for its shape?"""
+def _route_check(ctx: Ctx, x: torch.Tensor, counted: dict, schedule: str) -> dict:
+    """Did every captured routed call run the kernel the table names for its shape (the serial table's
+    outside the multi-stream region, where there is one)?"""
     from sglang_fp32gemm import routing
 
     router = routing.get_router()
@@ -100,7 +101,8 @@ def _route_check(ctx: Ctx, x: torch.Tensor, counted: dict) -> dict:
         for s in steps:
             if s.kind != region.GEMM_FP32:
                 continue
-            e = router.decide(x, w[s.name], captured=True)
+            with region.schedule_region(schedule):
+                e = router.decide(x, w[s.name], captured=True)
             expected[e.key] += 1
             named = (e.row.kernelName or None) if e.row is not None else None  # a torch row names none
             table[str(s.n)] = f"{e.route}:{e.detail}"
@@ -140,7 +142,7 @@ def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int) -> dict:
         if got is None:
             continue
         if name == "routed":
-            rec["route_check"] = _route_check(ctx, x, router.counters())
+            rec["route_check"] = _route_check(ctx, x, router.counters(), schedule)
         t, outs = got
         rec["step_us"][name] = round(t, 2)
         worst, close = 0.0, True

@@ -38,7 +38,11 @@ region (tools/region.py) of the model that has the shape (V4-Pro at K=7168,
 V4-Flash at K=4096; N 512/1024/2048), overlapped on SGLang's side streams up
 to its multi-stream limit (M <= 64 on Hopper), serial above; --rank chain
 (and region, for shapes no model has) in a 61-layer serial chain of bf16
-GEMMs around the call. Torch is timed the same way, and a row is written only
+GEMMs around the call; --rank serial in the region model's serial schedule at
+every M, for the serial table (--out NAME_serial.csv: the rows that calls
+outside SGLang's multi-stream region take, laid over the fast table; only the
+shapes tuned get rows, torch rows included, and no deterministic or eager
+table is written). Torch is timed the same way, and a row is written only
 where the winner beats torch there. The median of --rounds interleaved rounds
 counts; every time goes to the log. Ranked that way, the tune also writes
 --out-eager: the fastest kernel alone whose backend launches cheaply outside a
@@ -103,7 +107,7 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
     if key is None:
         print("no table key for this device", file=sys.stderr)
         return 2
-    out = args.out or f"{key.gfx}.csv"
+    out = args.out or f"{key.gfx}{'_serial' if args.rank == 'serial' else ''}.csv"
     out_det = args.out_det or f"{os.path.splitext(out)[0]}_deterministic.csv"
     out_eager = args.out_eager or f"{os.path.splitext(out)[0]}_eager.csv"
     summary_path = args.summary or f"{os.path.splitext(out)[0]}_summary.json"
@@ -129,12 +133,18 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
     results: list[ShapeResult] = []
     stopped = None
 
+    serial = args.rank == "serial"
+
     def write_tables() -> tuple[list[TunedRow], list[TunedRow], list[TunedRow]]:
-        fast = build_rows(results, key, grid, args.min_gain, False, not args.no_pin_torch)
-        det = build_rows(results, key, grid, args.min_gain, True, not args.no_pin_torch)
+        # A serial table lies over the fast one: a grid M it did not reach must leave the fast row be.
+        fast = build_rows(results, key, grid, args.min_gain, False, not args.no_pin_torch, pin_unreached=not serial)
         common.write_text(out, format_rows(fast))
-        common.write_text(out_det, format_rows(det))
+        det: list[TunedRow] = []
         eager: list[TunedRow] = []
+        if serial:
+            return fast, det, eager
+        det = build_rows(results, key, grid, args.min_gain, True, not args.no_pin_torch)
+        common.write_text(out_det, format_rows(det))
         if args.rank != "isolated":  # ranked alone, the fast table serves eager calls as they are
             eager = build_eager_rows(results, key, args.min_gain)
             common.write_text(out_eager, format_rows(eager))
@@ -173,9 +183,9 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
     common.write_json(summary_path, summary)
     log.write(event="end", stopped=stopped, rows=len(fast), det_rows=len(det), missing=len(missing))
     log.close()
-    print(f"wrote {len(fast)} rows to {out} ({sum(r.libtype == 'torch' for r in fast)} torch rows), "
-          f"{len(det)} rows to {out_det} ({sum(r.libtype == 'torch' for r in det)} torch rows)"
-          + (f", {len(eager)} rows to {out_eager}" if args.rank != "isolated" else "") + "; "
+    print(f"wrote {len(fast)} rows to {out} ({sum(r.libtype == 'torch' for r in fast)} torch rows)"
+          + ("" if serial else f", {len(det)} rows to {out_det} ({sum(r.libtype == 'torch' for r in det)} torch rows)")
+          + (f", {len(eager)} rows to {out_eager}" if args.rank not in ("isolated", "serial") else "") + "; "
           f"{len(results)}/{len(shapes)} shapes in {summary['elapsed_s']}s"
           + (f"; {stopped}; {len(missing)} shapes not tuned" if stopped else ""), flush=True)
     if compiles["fast"] or compiles["deterministic"]:
@@ -219,8 +229,9 @@ def parser() -> Parser:
                     help="time only the first COUNT candidates of a backend (default %(default)s)")
     ap.add_argument("--top", type=positive_int, default=3, help="finalists per table re-timed with more replays")
     ap.add_argument("--rank", choices=RANKS, default="isolated",
-                    help="order the finalists by their time alone, or by what a call adds in a serial decode chain "
-                         "or in SGLang's decode region (the tables' us column is then that) (default %(default)s)")
+                    help="order the finalists by their time alone, or by what a call adds in a serial decode chain, "
+                         "in SGLang's decode region, or in its serial schedule at every M (the serial table) "
+                         "(the tables' us column is then that) (default %(default)s)")
     ap.add_argument("--rounds", type=positive_int, default=3, help="interleaved rounds of --rank chain/region")
     ap.add_argument("--screen-replays", type=positive_int, default=7)
     ap.add_argument("--final-replays", type=positive_int, default=15)

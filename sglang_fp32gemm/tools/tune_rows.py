@@ -55,8 +55,9 @@ def wins(p: Optional[Pick], torch_us: float, min_gain: float) -> bool:
 
 
 def build_rows(results: Iterable[ShapeResult], key, grid: Iterable[int], min_gain: float, deterministic: bool,
-               pin_torch: bool = True) -> list[TunedRow]:
-    """The table rows for the finished shapes (sorted by N, K, M)."""
+               pin_torch: bool = True, pin_unreached: bool = True) -> list[TunedRow]:
+    """The table rows for the finished shapes (sorted by N, K, M); ``pin_unreached``: grid M not reached
+    get torch pins where their bucket would round up to another row's kernel."""
     grid = sorted(set(grid))
     by_nk: dict[tuple[int, int], dict[int, ShapeResult]] = {}
     for r in results:
@@ -71,7 +72,7 @@ def build_rows(results: Iterable[ShapeResult], key, grid: Iterable[int], min_gai
             # another (SGLANG_FLYDSL_FP32_GEMM_CONFIG), also overrides that table's row there.
             for m in sorted(set(per_m) - set(fast)):
                 rows.append(table_row(key, per_m[m], None))
-            for m in torch_pins(grid, fast):
+            for m in torch_pins(grid, fast) if pin_unreached else ():
                 if m not in per_m:  # not reached within the budget: pinned without a time
                     rows.append(table_row(key, ShapeResult(m, n, k, 0.0, [], None, None), None))
     rows.sort(key=lambda row: (row.N, row.K, row.M))

@@ -9,8 +9,10 @@ another bf16 GEMM, every layer its own weights, one CUDA graph); ``region``
 by what each call adds to the model of SGLang's decode region (tools/region.py)
 of the model that has the shape, in the schedule SGLang runs at that M
 (overlapped up to its multi-stream limit, else serial), the shape's other
-fp32 GEMMs left out; the chain where no model has the shape. An isolated
-winner need not win there (docs/benchmarks/README.md, run 10).
+fp32 GEMMs left out; the chain where no model has the shape; ``serial`` the
+same in the serial schedule at every M (what SGLang runs outside its
+multi-stream region: the serial table). An isolated winner need not win there
+(docs/benchmarks/README.md, run 10).
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def gather_candidates(backends: list, m: int, n: int, k: int, bucket: list[int],
 
 #: ``rank="chain"``: layers in the serial chain (``timing.chain_step``, as ``bench --decode-seq``).
 CHAIN_LAYERS = 61
-RANKS = ("isolated", "chain", "region")
+RANKS = ("isolated", "chain", "region", "serial")
 
 
 class Setting(NamedTuple):
@@ -161,15 +163,16 @@ class Tuner:
             return None
 
     def setting(self, m: int, n: int, k: int, x: torch.Tensor) -> Setting:
-        """Where ``rank`` times the finalists: the region model of the shape's model, else the chain."""
-        spec = region.spec_for(n, k) if self.rank == "region" else None
+        """Where ``rank`` times the finalists: the region model of the shape's model (serial at every M for
+        ``serial``: SGLang's steps outside its multi-stream region), else the chain."""
+        spec = region.spec_for(n, k) if self.rank in ("region", "serial") else None
         if spec is None:
             weights = timing.chain_weights(CHAIN_LAYERS, n, k, self.device)
             return Setting("chain", CHAIN_LAYERS, lambda fn: timing.chain_step(x, weights, fn))
         if spec.name not in self._regions:
             self._regions[spec.name] = (region.make_weights(spec, self.device), region.Streams(self.device))
         weights, streams = self._regions[spec.name]
-        schedule = region.schedule_for(m, self.device)
+        schedule = "serial" if self.rank == "serial" else region.schedule_for(m, self.device)
         steps = region.Steps(spec, region.plan(spec, schedule), weights, x, streams)
         return Setting(f"region:{spec.name}:{schedule}", region.fp32_calls(spec, n),
                        lambda fn: steps.of(None if fn is None else {n: fn}))

@@ -70,10 +70,14 @@ def enabled_settings(enabled: bool = True, deterministic: bool = False) -> setti
 def make_config(table: Optional[TunedTable] = None, enabled: bool = True, deterministic: bool = False,
                 det_table: Optional[TunedTable] = None,
                 selection: Optional[layers_mod.LayerSelection] = None,
-                eager_table: Optional[TunedTable] = None) -> config_mod.Config:
-    return config_mod.Config(enabled_settings(enabled, deterministic), table or TunedTable([]),
+                eager_table: Optional[TunedTable] = None,
+                serial_table: Optional[TunedTable] = None) -> config_mod.Config:
+    """``serial_table``: the serial rows alone (laid over ``table`` here, as ``config.load`` does)."""
+    table = table or TunedTable([])
+    return config_mod.Config(enabled_settings(enabled, deterministic), table,
                              det_table or TunedTable([]), selection or layers_mod.LayerSelection(),
-                             eager_table or TunedTable([]))
+                             eager_table or TunedTable([]),
+                             serial_table.laid_over(table) if serial_table is not None else None)
 
 
 def make_router(backends: Optional[list[Backend]] = None, table: Optional[TunedTable] = None,
@@ -81,7 +85,7 @@ def make_router(backends: Optional[list[Backend]] = None, table: Optional[TunedT
                 selection: Optional[layers_mod.LayerSelection] = None,
                 key: Optional[DeviceKey] = FAKE_KEY, libtype: str = "triton",
                 deterministic: bool = False, det_table: Optional[TunedTable] = None,
-                eager_table: Optional[TunedTable] = None) -> Router:
+                eager_table: Optional[TunedTable] = None, serial_table: Optional[TunedTable] = None) -> Router:
     """A Router over ``backends`` (grouped by libtype, in order) that routes CPU tensors.
 
     Every device's table key is ``key`` (None: no key).
@@ -91,10 +95,11 @@ def make_router(backends: Optional[list[Backend]] = None, table: Optional[TunedT
     by_lib: dict[str, list[Backend]] = {}
     for b in backends or []:
         by_lib.setdefault(b.libtype, []).append(b)
-    cfg = make_config(table, enabled, deterministic, det_table, selection, eager_table)
+    cfg = make_config(table, enabled, deterministic, det_table, selection, eager_table, serial_table)
     r = Router(cfg, by_lib)
-    r.routes.device_types = ("cuda", "cpu")
-    r.routes.device_key_of = lambda device: key  # type: ignore[method-assign]
+    for routes in r.route_tables():
+        routes.device_types = ("cuda", "cpu")
+        routes.device_key_of = lambda device: key  # type: ignore[method-assign]
     return r
 
 

@@ -113,7 +113,7 @@ def main() -> None:
     lay = plugin.STATE["layout"]
     REP["layout"] = lay.as_dict() if lay is not None else None
     REP["state"] = {k: plugin.STATE[k] for k in ("registered", "linear_target", "compressor_target",
-                                                 "layer_targets", "hooks", "errors")}
+                                                 "layer_targets", "overlap_targets", "hooks", "errors")}
     REP["describe"] = plugin.describe()
 
     # -- every by-name binding of linear_bf16_fp32 is the hooked one ------------------------------
@@ -139,6 +139,22 @@ def main() -> None:
     methods = lay.layer_methods
     REP["methods_hooked"] = {m: getattr(getattr(C.Compressor, m), "__wrapped__", None) is not None
                              for m in methods}
+
+    # -- the hooked multi-stream prepare marks SGLang's overlapped region while it runs ------------
+    seen = []
+
+    class _Layer:  # the real method's first statement reads alt_streams: record, then stop it there
+        @property
+        def alt_streams(self):
+            seen.append(routing.in_overlapped_region())
+            raise RuntimeError("stub layer")
+
+    MQA = importlib.import_module("sglang.srt.models.deepseek_v4").MQALayer
+    try:
+        MQA._forward_prepare_multi_stream(_Layer(), None, None, None, None)
+    except RuntimeError:
+        pass
+    REP["overlap_marked"] = {"before": False, "inside": seen, "after": routing.in_overlapped_region()}
 
     # -- registering twice changes nothing --------------------------------------------------------
     snap = [G.linear_bf16_fp32, C.linear_bf16_fp32] + [C.Compressor.__dict__.get(m) for m in methods]

@@ -1,0 +1,183 @@
+"""The serial table: calls outside SGLang's multi-stream region take its rows; calls inside take the
+fast table's (ranked beside the other streams); CPU, fake backends, the real router."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import assert_fp32_close, rand_bf16
+from fakes.fake_backends import (FAKE_KERNEL, FAKE_KEY, OTHER_KERNEL, DecliningFake, ExactFake, UnavailableFake,
+                                 fake_table, make_router, rows_csv)
+from sglang_fp32gemm import explain as explain_mod
+from sglang_fp32gemm import routing
+from sglang_fp32gemm import config as config_mod
+from sglang_fp32gemm.table import DeviceKey, TunedTable, TunedTables, parse_csv, table_of
+from sglang_fp32gemm.tools import region
+
+N, K = 32, 64
+# Fast table: FAKE at M 1 and 2, torch at M 4 (torch won beside the other streams).
+FAST = [(1, N, K, FAKE_KERNEL), (2, N, K, FAKE_KERNEL)]
+# Serial table: OTHER at M 1 and 4 (a kernel where the fast table has torch), torch at M 2.
+SERIAL_KERNELS = [(1, N, K, OTHER_KERNEL), (4, N, K, OTHER_KERNEL)]
+
+
+def tables():
+    """(fast, serial): one libtype per file, so the torch rows go into files of their own."""
+    fast = TunedTable([("fake.csv", parse_csv(rows_csv(FAST), "fake.csv")),
+                       ("pins.csv", parse_csv(rows_csv([(4, N, K)], libtype="torch", kernel=""), "pins.csv"))])
+    serial = TunedTable([("fake_serial.csv", parse_csv(rows_csv(SERIAL_KERNELS), "fake_serial.csv")),
+                         ("pins_serial.csv", parse_csv(rows_csv([(2, N, K)], libtype="torch", kernel=""),
+                                                       "pins_serial.csv"))])
+    return fast, serial
+
+
+def fast_backend(cls=ExactFake, **kw):
+    return cls(name="fast", kernels=(FAKE_KERNEL, OTHER_KERNEL), **kw)
+
+
+def call(r, m: int, w) -> tuple[str, str]:
+    x = rand_bf16(m, K)
+    before = r.counters()
+    out = r.call(x, w)
+    assert_fp32_close(out, x, w)
+    (key,) = [k for k, v in r.counters().items() if v != before.get(k, 0)]
+    return key
+
+
+@pytest.fixture
+def capture(monkeypatch) -> list:
+    state = [False]
+    monkeypatch.setattr(routing, "capturing", lambda x: state[0])
+    return state
+
+
+@pytest.mark.parametrize("captured", [False, True])
+def test_calls_outside_the_region_take_the_serial_rows_and_calls_inside_the_fast_rows(capture, captured):
+    capture[0] = captured
+    fast, serial = tables()
+    r = make_router([fast_backend()], table=fast, serial_table=serial)
+    w = rand_bf16(N, K)
+    for _ in range(2):  # resolved once, then from the table
+        assert call(r, 1, w) == ("fast", OTHER_KERNEL)
+        assert call(r, 2, w)[0] == "torch"  # the serial table's torch row
+        assert call(r, 4, w) == ("fast", OTHER_KERNEL)
+        with routing.overlapped():
+            assert routing.in_overlapped_region()
+            assert call(r, 1, w) == ("fast", FAKE_KERNEL)
+            assert call(r, 2, w) == ("fast", FAKE_KERNEL)
+            assert call(r, 4, w)[0] == "torch"  # the fast table's torch row
+        assert not routing.in_overlapped_region()
+
+
+def test_without_a_serial_table_every_call_takes_the_fast_rows(capture):
+    fast, _ = tables()
+    r = make_router([fast_backend()], table=fast)
+    assert r.serial_routes is None and r.route_tables() == [r.routes]
+    w = rand_bf16(N, K)
+    assert call(r, 1, w) == ("fast", FAKE_KERNEL)
+    with routing.overlapped():
+        assert call(r, 1, w) == ("fast", FAKE_KERNEL)
+
+
+def test_deterministic_mode_ignores_the_serial_table(capture):
+    fast, serial = tables()
+    r = make_router([fast_backend()], table=fast, det_table=fast, deterministic=True, serial_table=serial)
+    assert r.serial_routes is None
+    assert call(r, 1, rand_bf16(N, K)) == ("fast", FAKE_KERNEL)
+
+
+def test_a_router_made_where_the_region_is_unmarked_ignores_the_serial_table(monkeypatch):
+    """Where the plugin could not hook SGLang's multi-stream prepares, nothing marks the region: the fast
+    table's rows (what every call took before the serial table existed) serve every call."""
+    fast, serial = tables()
+    monkeypatch.setattr(routing, "serial_routes_allowed", False)
+    r = make_router([fast_backend()], table=fast, serial_table=serial)
+    assert r.serial_routes is None
+
+
+@pytest.mark.parametrize("cls", [UnavailableFake, DecliningFake])
+def test_a_serial_row_that_cannot_serve_leaves_the_call_on_the_fast_row(capture, cls):
+    """A serial row whose backend is missing or declines the call: the fast row's kernel, not torch."""
+    fast, _ = tables()
+    other = cls(name="other", kernels=("other_serial_kernel",), libtype="cutedsl")
+    serial = fake_table([(1, N, K, "other_serial_kernel")], name="fake_serial.csv", libtype="cutedsl")
+    r = make_router([fast_backend(), other], table=fast, serial_table=serial)
+    w = rand_bf16(N, K)
+    assert call(r, 1, w) == ("fast", FAKE_KERNEL)
+    assert "the serial row cannot serve" in r.resolve(torch.device("cpu"), 1, N, K, serial=True).reason
+
+
+def test_a_kernel_disabled_at_run_time_is_retired_from_both_route_tables(capture):
+    fast, serial = tables()
+    f = fast_backend()
+    r = make_router([f], table=fast, serial_table=fast)  # both tables route M=1 to FAKE
+    w = rand_bf16(N, K)
+    assert call(r, 1, w) == ("fast", FAKE_KERNEL)
+    with routing.overlapped():
+        assert call(r, 1, w) == ("fast", FAKE_KERNEL)
+    (bound,) = [b for b in r.bound_kernels() if b.kernel_name == FAKE_KERNEL]
+    r.kernels._disable(bound, torch.device("cpu"), RuntimeError("test"))
+    assert call(r, 1, w)[0] == "torch"
+    with routing.overlapped():
+        assert call(r, 1, w)[0] == "torch"
+
+
+def test_the_mark_nests_and_is_per_thread():
+    import threading
+
+    seen = []
+    with routing.overlapped():
+        with routing.overlapped():
+            pass
+        assert routing.in_overlapped_region()
+        t = threading.Thread(target=lambda: seen.append(routing.in_overlapped_region()))
+        t.start()
+        t.join()
+    assert seen == [False] and not routing.in_overlapped_region()
+
+
+def test_explain_names_the_route_outside_the_region_where_it_differs():
+    fast, serial = tables()
+    r = make_router([fast_backend()], table=fast, serial_table=serial)
+    text = explain_mod._shape_route(r, FAKE_KEY, None, 1, N, K)
+    assert text.startswith(f"fast {FAKE_KERNEL}") and \
+        f"; outside SGLang's multi-stream region: fast {OTHER_KERNEL}" in text
+    assert "outside" not in explain_mod._shape_route(make_router([fast_backend()], table=fast, serial_table=fast),
+                                                     FAKE_KEY, None, 1, N, K)
+
+
+def test_serial_files_are_laid_over_the_fast_table_by_config_load(tmp_path):
+    assert table_of("x/sm90_serial.csv") == "serial" and table_of("sm90_serial_deterministic.csv") == "deterministic"
+    path = tmp_path / "mine_serial.csv"
+    path.write_text(rows_csv([(1, 512, 7168)], libtype="torch", kernel="", gfx="sm90", cu_num=132))
+    t = TunedTables.load([str(path)])
+    assert len(t.serial) == 1
+    env = {"SGLANG_ENABLE_FLYDSL_FP32_GEMM": "1", "SGLANG_FLYDSL_FP32_GEMM_CONFIG": str(path)}
+    cfg = config_mod.load(env)
+    assert cfg.serial_table is not None and cfg.serial_table.files[-1] == str(path)
+    key = DeviceKey("sm90", 132)
+    assert cfg.serial_table.lookup(key, 1, 512, 7168).source == f"{path}:2"
+    # Every other key keeps the fast table's row.
+    assert len(cfg.serial_table) == len(cfg.table) + (cfg.table.lookup(key, 1, 512, 7168) is None)
+    for row in cfg.table.rows():
+        if (row.M, row.N, row.K) != (1, 512, 7168) or row.gfx != "sm90":
+            assert cfg.serial_table.lookup(DeviceKey(row.gfx, row.cu_num), row.M, row.N, row.K) == row
+
+
+def test_the_region_model_marks_its_overlapped_layers_as_sglang_does():
+    """Each fp32 GEMM of an overlapped layer runs inside the mark, each of a serial one outside it."""
+    spec = region.MODELS["tiny"]
+    weights = region.make_weights(spec, "cpu")
+    x = rand_bf16(2, spec.hidden)
+    for schedule, want in (("overlapped", True), ("serial", False)):
+        seen = []
+
+        def gemm(a, b):
+            seen.append(routing.in_overlapped_region())
+            return a.float() @ b.float().t()
+
+        region.run_layers(region.plan(spec, schedule), weights, x, {n: gemm for n, _ in region.fp32_shapes(spec)},
+                          region.Streams("cpu"))
+        assert seen and set(seen) == {want}, schedule
+    assert not routing.in_overlapped_region()
