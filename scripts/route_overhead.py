@@ -16,7 +16,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import torch  # noqa: E402
 
-from fakes.fake_backends import FAKE_KERNEL, FakeCfg, make_router  # noqa: E402
+from fakes.fake_backends import FAKE_KERNEL, FakeCfg, fake_table, make_router  # noqa: E402
 from sglang_fp32gemm import hooks, routing  # noqa: E402
 from sglang_fp32gemm.backends.base import OK, Backend  # noqa: E402
 
@@ -55,7 +55,9 @@ def per_call(fn) -> float:
 
 
 def main() -> None:
-    r = routing.reset_router(make_router([Instant()], shapes=[(M, N, K, FAKE_KERNEL)]))
+    # With a serial table, as shipped: the calls (outside SGLang's multi-stream region) take its routes.
+    r = routing.reset_router(make_router([Instant()], shapes=[(M, N, K, FAKE_KERNEL)],
+                                         serial_table=fake_table([(M, N, K, FAKE_KERNEL)], name="fake_serial.csv")))
     r.call(x, w)  # resolve, bind and probe once
     assert r.counters() == {("instant", FAKE_KERNEL): 1}, r.counters()
     torch.set_grad_enabled(False)

@@ -196,8 +196,11 @@ def test_explain_shows_what_eager_calls_of_a_slow_rows_shape_get():
 
 
 def test_explain_for_an_h200_names_the_eager_kernel_of_every_cutedsl_row():
-    code, text = explain_mod.explain("sm90:132", max_m=32)
-    assert code == 0, text
+    code, full = explain_mod.explain("sm90:132", max_m=32)
+    assert code == 0, full
+    # What calls outside SGLang's multi-stream region take (the serial table) is tested in test_serial_routing.
+    outside = "; outside SGLang's multi-stream region: "
+    text = "\n".join(line.split(outside)[0] for line in full.splitlines())
     # SGLang's warp split-K (not eager_ok); the cutedsl-dot kernel launches cheaply and keeps its eager calls.
     cutedsl = [line for line in text.splitlines() if line.strip().startswith("M=") and " cutedsl " in line]
     assert cutedsl, text  # the packaged sm90 table routes some shapes to cutedsl

@@ -152,17 +152,30 @@ def test_serial_files_are_laid_over_the_fast_table_by_config_load(tmp_path):
     path = tmp_path / "mine_serial.csv"
     path.write_text(rows_csv([(1, 512, 7168)], libtype="torch", kernel="", gfx="sm90", cu_num=132))
     t = TunedTables.load([str(path)])
-    assert len(t.serial) == 1
+    assert t.serial.lookup(DeviceKey("sm90", 132), 1, 512, 7168).source == f"{path}:2"  # over the packaged one
     env = {"SGLANG_ENABLE_FLYDSL_FP32_GEMM": "1", "SGLANG_FLYDSL_FP32_GEMM_CONFIG": str(path)}
     cfg = config_mod.load(env)
     assert cfg.serial_table is not None and cfg.serial_table.files[-1] == str(path)
     key = DeviceKey("sm90", 132)
     assert cfg.serial_table.lookup(key, 1, 512, 7168).source == f"{path}:2"
     # Every other key keeps the fast table's row.
-    assert len(cfg.serial_table) == len(cfg.table) + (cfg.table.lookup(key, 1, 512, 7168) is None)
+    # Every key the serial files do not name keeps the fast table's row.
+    named = {r.key for r in t.serial.rows()}
     for row in cfg.table.rows():
-        if (row.M, row.N, row.K) != (1, 512, 7168) or row.gfx != "sm90":
+        if row.key not in named:
             assert cfg.serial_table.lookup(DeviceKey(row.gfx, row.cu_num), row.M, row.N, row.K) == row
+
+
+def test_explain_for_an_h200_shows_the_shipped_serial_rows():
+    """Run 15's serial table: at M 1-2 outside the region V4-Pro's three GEMMs run the dot kernel or
+    Triton, where the fast table (ranked beside SGLang's side streams) has torch rows for N=512."""
+    code, text = explain_mod.explain("sm90:132", max_m=4)
+    assert code == 0, text
+    block = text.split("N=512 K=7168 (V4-Pro indexer kv_score):")[1].split("  N=")[0]
+    m1 = next(line for line in block.splitlines() if line.strip().startswith("M=1 "))
+    assert m1.strip().startswith("M=1        torch (row configs/sm90.csv:"), m1
+    assert "; outside SGLang's multi-stream region: cutedsl-dot cutedsl_dot_m1_" in m1 and \
+        "(row configs/sm90_serial.csv:" in m1, m1
 
 
 def test_the_region_model_marks_its_overlapped_layers_as_sglang_does():
