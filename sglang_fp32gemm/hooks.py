@@ -154,7 +154,10 @@ def around_naming(original_fn: Callable, self: Any, x: torch.Tensor, *args: Any,
 
 def around_overlapped(original_fn: Callable, self: Any, *args: Any, **kwargs: Any) -> Any:
     """``MQALayer``'s multi-stream prepares: the GEMMs they issue run beside other streams, so they take
-    the fast table's rows (ranked there), not the serial table's (``routing.overlapped``)."""
+    the fast table's rows (ranked there), not the serial table's (``routing.overlapped``). Traced by
+    torch.compile, it marks nothing (Dynamo cannot guard a thread-local): the calls take the serial rows."""
+    if torch.compiler.is_compiling():
+        return original_fn(self, *args, **kwargs)
     with routing.overlapped():
         return original_fn(self, *args, **kwargs)
 

@@ -194,3 +194,31 @@ def test_the_region_model_marks_its_overlapped_layers_as_sglang_does():
                           region.Streams("cpu"))
         assert seen and set(seen) == {want}, schedule
     assert not routing.in_overlapped_region()
+
+
+def test_the_region_hook_traces_under_fullgraph_compile():
+    """Dynamo cannot guard the thread-local mark: traced, the hook marks nothing (the GEMM's custom op then
+    decides outside the mark, on the serial rows) and the traced function still runs, call after call."""
+    from sglang_fp32gemm import hooks
+
+    seen = []
+
+    @torch.library.custom_op("sglang_fp32gemm_test::region_probe", mutates_args=())
+    def region_probe(a: torch.Tensor) -> torch.Tensor:
+        seen.append(routing.in_overlapped_region())
+        return a * 2
+
+    @region_probe.register_fake
+    def _(a):
+        return torch.empty_like(a)
+
+    def prepare(self, a):
+        return torch.ops.sglang_fp32gemm_test.region_probe(a) + 1
+
+    f = torch.compile(lambda a: hooks.around_overlapped(prepare, None, a), fullgraph=True, backend="aot_eager")
+    for _ in range(2):
+        a = torch.randn(4)
+        assert torch.equal(f(a), a * 2 + 1)
+    assert seen == [False, False]
+    # run eagerly, the hook marks the region around the call
+    assert torch.equal(hooks.around_overlapped(prepare, None, a), a * 2 + 1) and seen[-1] is True
