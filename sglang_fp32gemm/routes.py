@@ -194,7 +194,8 @@ class RouteTable:
             alt = self._plan_row(below, m, n, k, check_available) if below not in (None, row) else None
             if alt is not None and alt.backend is not None:
                 # The serial row's kernel cannot serve here (unavailable, declines): the fast row's can.
-                p, row = dataclasses.replace(alt, reason=f"{alt.reason}; the serial row cannot serve: {p.reason}"), below
+                why = f"{alt.reason}; the serial row cannot serve: {p.reason}"
+                p, row = dataclasses.replace(alt, reason=why), below
         eager = self._eager_table_plan(dev, row, m, n, k, check_available)
         if eager is None and p.backend is not None and not p.backend.eager_ok:
             eager = self._eager_plan(dev, p, m, n, k, check_available)

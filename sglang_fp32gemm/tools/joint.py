@@ -83,7 +83,7 @@ def routed_shapes(router, plans: list, weights: list, x: torch.Tensor) -> list[R
             if s.kind != region.GEMM_FP32 or s.n in seen:
                 continue
             seen.add(s.n)
-            with region.schedule_region("overlapped" if region.overlapped(steps) else "serial"):
+            with region.layer_mark(steps):
                 e = router.decide(x, w[s.name], captured=True)
             if e.run is None:
                 continue

@@ -258,17 +258,13 @@ class Streams:
 Gemm = Optional[dict[int, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]]
 
 
-def overlapped(steps: Sequence[Step]) -> bool:
-    """Whether a layer's plan runs on SGLang's side streams (its multi-stream prepare)."""
-    return any(s.stream != MAIN for s in steps)
-
-
-def schedule_region(schedule: str):
-    """What the router is told while a layer of ``schedule`` is issued: SGLang's multi-stream prepare
-    marks its region (``routing.overlapped``); the serial prepare marks nothing."""
+def layer_mark(steps: Sequence[Step]):
+    """What the router is told while a layer of ``steps`` is issued, as SGLang tells it: a layer on the
+    side streams runs inside the multi-stream prepare, which marks its region (``routing.overlapped``);
+    a serial layer marks nothing."""
     from sglang_fp32gemm import routing
 
-    return routing.overlapped() if schedule == "overlapped" else contextlib.nullcontext()
+    return routing.overlapped() if any(s.stream != MAIN for s in steps) else contextlib.nullcontext()
 
 
 def run_layers(plans: Sequence[Sequence[Step]], weights: Sequence[dict[str, torch.Tensor]], x: torch.Tensor,
@@ -285,7 +281,7 @@ def run_layers(plans: Sequence[Sequence[Step]], weights: Sequence[dict[str, torc
     fp32, where, keep = [], [], []
     for layer, (steps, w) in enumerate(zip(plans, weights)):
         t = {"x": x}
-        with schedule_region("overlapped" if overlapped(steps) else "serial"):
+        with layer_mark(steps):
             for s in steps:
                 if s.kind in (WAIT_STREAM, RECORD, WAIT_EVENT):
                     bound.sync(s)

@@ -97,11 +97,11 @@ def _route_check(ctx: Ctx, x: torch.Tensor, counted: dict, schedule: str) -> dic
     expected: collections.Counter = collections.Counter()
     table: dict[str, str] = {}
     ok = True
-    for steps, w in zip(ctx.plans["serial"], ctx.weights):
+    for steps, w in zip(ctx.plans[schedule], ctx.weights):
         for s in steps:
             if s.kind != region.GEMM_FP32:
                 continue
-            with region.schedule_region(schedule):
+            with region.layer_mark(steps):
                 e = router.decide(x, w[s.name], captured=True)
             expected[e.key] += 1
             named = (e.row.kernelName or None) if e.row is not None else None  # a torch row names none
