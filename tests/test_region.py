@@ -252,6 +252,6 @@ def test_region_argument_errors_are_one_line_and_exit_2(args, what, capsys):
 def test_region_defaults():
     a = bench.parser().parse_args(["--region"])
     assert a.region and a.region_model == ["pro"] and a.region_m == [1, 2, 4, 8, 16, 32, 64]
-    assert a.region_schedule == ["overlapped", "serial"] and a.region_peer
+    assert a.region_schedule == ["overlapped", "serial"] and a.peer
     a = bench.parser().parse_args(["--region", "--region-model", "pro,flash", "--region-schedule", "serial"])
     assert a.region_model == ["pro", "flash"] and a.region_schedule == ["serial"]

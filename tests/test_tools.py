@@ -551,8 +551,44 @@ def test_bench_every_mode_on_cpu_writes_what_targets_reads(tmp_path, capsys, rou
     assert next(v for v in verdicts if v.name.startswith("every result")).status == "PASS"
 
 
+def test_bench_graph_times_the_peer_at_the_best_exact_config_of_its_sweep(tmp_path, monkeypatch,
+                                                                        router_without_backends):
+    """The vllm_ll column: the fastest config of the sweep that is exact (a faster inexact one is passed
+    over, and the record says so), timed beside the others and checked against float64."""
+    from sglang_fp32gemm.backends import torch_ref
+    from sglang_fp32gemm.tools import vllm_peer
+
+    class Peer(vllm_peer.VllmLL):
+        def configs(self, m):
+            return ["fast_bf16", "exact"]
+
+        def fn(self, cfg, m, k):
+            if cfg == "fast_bf16":  # rounds its output to bf16: fails the exactness check
+                f = lambda x, w: torch_ref.mm_fp32(x, w).bfloat16().float()  # noqa: E731
+                f.fake_us = 2.0
+            else:
+                f = lambda x, w: torch_ref.mm_fp32(x, w)  # noqa: E731
+                f.fake_us = 3.0
+            return f
+
+    seen = []
+    monkeypatch.setattr(vllm_peer, "load", lambda device=None: (seen.append(device) or Peer(None), "ok"))
+    argv = ["--graph", "--m", "1", "--n", "32", "--k", "64", "--out-dir", str(tmp_path)]
+    assert bench.main(argv, backends=[], device=torch.device("cpu"), timer=FakeTimer(9.0)) == 0
+    r = json.load(open(tmp_path / "bench.json"))["results"][0]
+    assert seen == [torch.device("cpu")]
+    assert r["us"] == {"torch": 9.0, "routed": 9.0, "vllm_ll": 3.0} and r["kernel"]["vllm_ll"] == "exact"
+    assert r["peer_sweep"]["32"]["exact"] == 3.0 and r["peer_sweep"]["32"]["fast_bf16"].startswith("not exact")
+    assert r["rel_err"]["vllm_ll"] <= 1e-5 and r["allclose"]["vllm_ll"]
+    # --no-peer: no column, and the record says why
+    argv += ["--no-peer"]
+    assert bench.main(argv, backends=[], device=torch.device("cpu"), timer=FakeTimer(9.0)) == 0
+    r = json.load(open(tmp_path / "bench.json"))["results"][0]
+    assert "vllm_ll" not in r["us"] and r["note"]["vllm_ll"] == "not asked"
+
+
 # -- targets ---------------------------------------------------------------------------------
-def synthetic(tmp_path, *, slow=None, imprecise=None, eager_factor=1.0, fallback_add=0.4, decode_add=5.2,
+def synthetic(tmp_path, *, slow=None, imprecise=None, eager_factor=0.75, fallback_add=0.4, decode_add=5.2,
               region_m4=None):
     """Bench JSON files that meet every target, except what the arguments break."""
     graph = []
@@ -562,7 +598,8 @@ def synthetic(tmp_path, *, slow=None, imprecise=None, eager_factor=1.0, fallback
                 peer = {512: 5.0, 1024: 6.0, 2048: 9.0, 2560: 11.2}[n]
                 routed = 0.94 * peer
                 rec = {"M": m, "N": n, "K": k, "route": "triton",
-                       "us": {"torch": peer * 1.3, "routed": routed, "triton": peer, "cutedsl": peer + 0.2},
+                       "us": {"torch": peer * 1.3, "routed": routed, "triton": peer, "cutedsl": peer + 0.2,
+                              "vllm_ll": peer},
                        "rel_err": {"torch": 2e-6, "routed": 1e-6}, "allclose": {"torch": True, "routed": True}}
                 if (m, n, k) == slow:
                     rec["us"]["routed"] = 20.0
@@ -572,8 +609,11 @@ def synthetic(tmp_path, *, slow=None, imprecise=None, eager_factor=1.0, fallback
     det = [{"M": m, "N": n, "K": 7168, "route": "cutedsl", "us": {"torch": 9.0, "routed": 6.0, "cutedsl": 6.02},
             "rel_err": {"routed": 1e-6}, "allclose": {"routed": True}, "repeatable": {"routed": True}}
            for n in targets.NS for m in range(1, 33)]
-    eager = [{"M": m, "N": n, "K": 7168, "kind": "routed", "us": {"torch": 20.0, "routed": 20.0 * eager_factor},
-              "rel_err": {}, "allclose": {}} for n in (1024, 2560) for m in (1, 8, 32)]
+    eager = [{"M": m, "N": n, "K": 7168, "kind": "routed", "route": "triton:t", "rel_err": {}, "allclose": {},
+              "us": {"torch": 20.0, "routed": 20.0 * eager_factor}} for n in (1024, 2560) for m in (1, 8, 32)]
+    # a shape the table leaves on torch: no eager host-time target
+    eager.append({"M": 2, "N": 512, "K": 7168, "kind": "routed", "route": "torch:no row", "rel_err": {},
+                  "allclose": {}, "us": {"torch": 20.0, "routed": 21.0}})
     eager += [{"M": 200, "N": n, "K": 7168, "kind": "fallback", "us": {"direct": 20.0, "fallback": 20.0 + fallback_add},
                "added_us": fallback_add, "rel_err": {}, "allclose": {}} for n in (1024, 2560)]
     decode = [{"M": 4, "N": 1024, "K": 7168, "add_per_layer_us": {"torch": 8.5, "routed": decode_add},
@@ -607,7 +647,7 @@ def test_targets_all_pass_on_a_run_that_meets_them(tmp_path, capsys):
     assert targets.main([path]) == 0
     out = capsys.readouterr().out
     assert not [line for line in out.splitlines() if line.startswith(("FAIL", "NODATA"))]
-    assert out.rstrip().endswith("targets: 15 PASS, 0 FAIL, 0 NODATA")
+    assert out.rstrip().endswith("targets: 17 PASS, 0 FAIL, 0 NODATA")
 
 
 def test_targets_fail_with_the_numbers(tmp_path, capsys):
@@ -621,6 +661,10 @@ def test_targets_fail_with_the_numbers(tmp_path, capsys):
     assert "M=4 N=1024 K=7168: routed 20.00 > torch 7.80" in out
     assert "graph M=64 N=2048 K=4096 routed: rel. error 0.003" in out
     assert "eager routed 24.00 us > 1.05 x torch 20.00" in out
+    assert "FAIL   isolated: routed <= 1.02x min(torch, cutedsl, vllm_ll), measured M in 1..32 (1,2,3" in out
+    assert "M=4 N=1024: routed 20.00 us > 1.02 x vllm_ll 6.00 (3.333x; route triton)" in out
+    assert "FAIL   eager routed host time <= 0.8x torch.mm's, measured M in 1..32, routed shapes: 6 of 6 shapes" in out
+    assert "M=1 N=1024 K=7168: eager routed 24.00 us > 0.8 x torch 20.00 (1.200x; route triton:t)" in out
     assert "adds 1.60 us" in out
     assert "routed adds 6.10 us per layer" in out
     assert "PASS   deterministic routed" in out
@@ -666,6 +710,8 @@ def test_targets_nodata_when_a_shape_or_column_is_missing(tmp_path):
     s = statuses(path)
     assert s["routed <= 0.95x min(cutedsl"] == "NODATA"
     assert s["decode sequence N=1024 M=4: the routed call adds <= 5.5 us per layer"] == "NODATA"
+    iso = targets.routed_vs_best(g["results"])
+    assert iso.status == "NODATA" and "M=1 N=512: no cutedsl column" in iso.misses
     assert targets.main([path]) == 1
 
 

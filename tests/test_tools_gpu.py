@@ -119,7 +119,7 @@ def test_bench_every_mode_on_the_gpu(tmp_path, plain_router):
     argv = ["--graph", "--deterministic", "--eager", "--decode-seq", "--m", "1,16", "--n", "512", "--k", "4096",
             "--det-m", "1", "--det-k", "4096", "--seq-k", "4096", "--eager-m", "1", "--eager-n", "512",
             "--eager-calls", "50", "--eager-runs", "2", "--decode-m", "4", "--decode-n", "512", "--layers", "4",
-            "--workers", "0", "--out-dir", str(out)]
+            "--no-peer", "--workers", "0", "--out-dir", str(out)]
     assert bench.main(argv, backends=[TorchFake("cols")]) == 0
     g = json.load(open(out / "bench.json"))["results"]
     for r in g:

@@ -111,7 +111,7 @@ MODES = (  # the run order: eager and decode first, so a cut-short run still has
     Mode("region", "region", "bench_region", "region",
          shapes=lambda a: [Shape(m, 0, region.MODELS[name].hidden, variant=sched)
                            for name in a.region_model for m in a.region_m for sched in a.region_schedule],
-         prepare=lambda bench, a, n, k: region_bench.prepare(bench, _region_spec(a, k), peer=a.region_peer),
+         prepare=lambda bench, a, n, k: region_bench.prepare(bench, _region_spec(a, k)),
          measure=lambda bench, a, s, ctx: region_bench.measure(bench, ctx, s.m, s.variant, a.region_replays),
          line=region_bench.line, markdown=region_bench.markdown, summary=region_bench.summary,
          extra=lambda a: {"models": {n: region_bench.spec_info(region.MODELS[n]) for n in a.region_model},
@@ -213,8 +213,8 @@ def parser() -> Parser:
     ap.add_argument("--region-schedule", type=_names(region.SCHEDULES, "schedule"), default=list(region.SCHEDULES),
                     help="overlapped (SGLang's side streams) and/or serial (one stream)")
     ap.add_argument("--region-replays", type=positive_int, default=20)
-    ap.add_argument("--no-region-peer", dest="region_peer", action="store_false",
-                    help="leave out vLLM's ll_bf16 column even where it is importable")
+    ap.add_argument("--no-peer", "--no-region-peer", dest="peer", action="store_false",
+                    help="leave out vLLM's ll_bf16 column (graph and region modes) even where it is importable")
     ap.add_argument("--m", type=parse_ints, default=parse_ints(GRAPH_M),
                     help=f"graph-mode M values, ranges allowed, e.g. 1-32,40-128:8 (default {GRAPH_M})")
     ap.add_argument("--n", type=positive_int, nargs="+", default=list(common.N_DSV4))
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None, backends: Optional[list] = None, device=
     vers = common.versions()
     picks = Picks.load(args.tune_log, backends)
     set_deterministic(False)
-    bench = Bench(backends, device, timer, picks, replays=args.replays)
+    bench = Bench(backends, device, timer, picks, replays=args.replays, peer=args.peer)
     for name, why in bench.unavailable.items():
         print(f"backend {name}: unavailable ({why}); no column", flush=True)
     head = {"versions": vers, "argv": " ".join([os.path.basename(sys.executable), *sys.argv]), "args": list(sys.argv[1:] if argv is None else argv),

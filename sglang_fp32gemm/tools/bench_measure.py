@@ -13,8 +13,10 @@ from typing import Any, Callable, Optional
 import torch
 
 from sglang_fp32gemm import exactness, table
-from sglang_fp32gemm.tools import common, timing
+from sglang_fp32gemm.tools import common, timing, vllm_peer
 from sglang_fp32gemm.tools.picks import Picks
+
+PEER = "vllm_ll"  # vLLM's ll_bf16 column (graph and region modes)
 
 
 def _route(x: torch.Tensor, w: torch.Tensor, captured: bool) -> str:
@@ -26,11 +28,13 @@ def _route(x: torch.Tensor, w: torch.Tensor, captured: bool) -> str:
 
 
 class Bench:
-    def __init__(self, backends: list, device, timer, picks: Picks, replays: int = 15):
+    def __init__(self, backends: list, device, timer, picks: Picks, replays: int = 15, peer: bool = False):
         self.device = device
         self.timer = timer
         self.picks = picks
         self.replays = replays
+        #: vLLM's ll_bf16 at its best config of a sweep (tools/vllm_peer.py), or None and why not.
+        self.peer, self.peer_why = vllm_peer.load(torch.device(device)) if peer else (None, "not asked")
         self.binds = common.BindCache()
         self.torch_fn = timing.torch_fn(device)
         self.backends = []
@@ -105,8 +109,25 @@ class Bench:
                 rec["us"][name] = self._time(fn, x, weights, rec["note"], name)
                 rec["kernel"][name], rec["source"][name] = kernel, source
                 fns[name] = fn
+            cfg, fn = self.peer_fn(m, n, k, weights, rec)
+            if fn is not None:
+                rec["us"][PEER] = self._time(fn, x, weights, rec["note"], PEER)
+                rec["kernel"][PEER], rec["source"][PEER] = cfg, "best of the sweep"
+                fns[PEER] = fn
         self._precision(fns, m, n, k, rec, repeat_for=("routed",) if deterministic else ())
         return rec
+
+    def peer_fn(self, m: int, n: int, k: int, weights, rec: dict) -> tuple[Optional[str], Optional[Callable]]:
+        """(config, fn) of vLLM's ll_bf16 at the fastest exact config of its isolated sweep for (M, N, K), the
+        sweep in ``rec["peer_sweep"]``; (None, None) with the reason in ``rec["note"]``. The caller times it."""
+        if self.peer is None:
+            rec["note"][PEER] = self.peer_why
+            return None, None
+        cfg, fn, sweep = self.peer.pick(m, n, k, self.timer, weights, self.device, self.replays)
+        rec.setdefault("peer_sweep", {})[str(n)] = sweep
+        if fn is None:
+            rec["note"][PEER] = f"no exact config at N={n}"
+        return cfg, fn
 
     def eager_shape(self, m: int, n: int, k: int, weights, calls: int, runs: int, fallback: bool) -> dict:
         from sglang_fp32gemm import hooks

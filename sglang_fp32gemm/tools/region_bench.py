@@ -21,30 +21,27 @@ import torch
 
 from sglang_fp32gemm import exactness
 from sglang_fp32gemm.tools import bench_report as report
-from sglang_fp32gemm.tools import region, vllm_peer
+from sglang_fp32gemm.tools import region
+from sglang_fp32gemm.tools.bench_measure import PEER
 
 DEFAULT_M = "1,2,4,8,16,32,64"
-PEER = "vllm_ll"
 
 
 @dataclasses.dataclass
 class Ctx:
-    """One model's weights, streams and peer, made once for every M, schedule and mode."""
+    """One model's weights and streams, made once for every M, schedule and mode."""
 
     spec: region.ModelSpec
     plans: dict[str, list]
     weights: list
     streams: region.Streams
-    peer: Optional[vllm_peer.VllmLL]
-    peer_why: str
     sweep_weights: dict = dataclasses.field(default_factory=dict)
 
 
-def prepare(bench, spec: region.ModelSpec, peer: bool = True) -> Ctx:
+def prepare(bench, spec: region.ModelSpec) -> Ctx:
     dev = bench.device
-    p, why = vllm_peer.load() if peer and dev.type == "cuda" else (None, "not asked" if not peer else "no CUDA")
     return Ctx(spec, {s: region.plan(spec, s) for s in region.SCHEDULES}, region.make_weights(spec, dev),
-               region.Streams(dev), p, why)
+               region.Streams(dev))
 
 
 def spec_info(spec: region.ModelSpec) -> dict:
@@ -70,17 +67,12 @@ def _fp32_modes(bench, ctx: Ctx, m: int, rec: dict) -> dict[str, Any]:
             rec["kernel"][name] = {str(n): f"{kern} ({src})" for n, (_, kern, src) in per_n.items()}
         else:
             rec["note"][name] = "takes only N=" + ",".join(str(n) for n in per_n) + ": no region column"
-    if ctx.peer is None:
-        rec["note"][PEER] = ctx.peer_why
-        return modes
     fns = {}
     for n, k in shapes:
         if n not in ctx.sweep_weights:
             ctx.sweep_weights[n] = bench.timer.weights(n, k, bench.device)
-        cfg, fn, sweep = ctx.peer.pick(m, n, k, bench.timer, ctx.sweep_weights[n], bench.device, bench.replays)
-        rec.setdefault("peer_sweep", {})[str(n)] = sweep
+        cfg, fn = bench.peer_fn(m, n, k, ctx.sweep_weights[n], rec)
         if fn is None:
-            rec["note"][PEER] = f"no exact config at N={n}"
             return modes
         fns[n] = fn
         rec["kernel"].setdefault(PEER, {})[str(n)] = f"{cfg} (best of the sweep, isolated)"

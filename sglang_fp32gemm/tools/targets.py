@@ -84,6 +84,31 @@ def routed_vs_peers(graph: list[dict], factor: float = 0.95) -> Verdict:
                     checked, misses, missing, "shapes")
 
 
+def routed_vs_best(graph: list[dict], factor: float = 1.02, peers: tuple[str, ...] = ("torch", "cutedsl", "vllm_ll"),
+                   k: int = K_PRO) -> Verdict:
+    """Issue 15: routed <= factor x the fastest of torch, SGLang's CuTe-DSL kernel and vLLM's ll_bf16 (its best
+    config), at every measured M in 1..32 and every N, all columns timed in the same run."""
+    idx = _index(graph)
+    ms = sorted({m for (m, _, kk) in idx if kk == k and m <= 32})
+    checked, misses, missing = 0, [], [] if ms else [f"K={k}: no shapes measured"]
+    for n in NS:
+        for m in ms:
+            r = idx.get((m, n, k))
+            routed = _us(r, "routed")
+            times = {p: _us(r, p) for p in peers}
+            absent = [p for p, v in times.items() if v is None]
+            if routed is None or absent:
+                missing.append(f"M={m} N={n}: " + ("no routed time" if routed is None else f"no {', '.join(absent)} column"))
+                continue
+            checked += 1
+            best_p, best = min(times.items(), key=lambda kv: kv[1])  # type: ignore[arg-type,return-value]
+            if routed > factor * best:
+                misses.append((routed / best, f"M={m} N={n}: routed {routed:.2f} us > {factor} x {best_p} {best:.2f} "
+                                              f"({routed / best:.3f}x; route {r.get('route')})"))
+    return _verdict(f"isolated: routed <= {factor}x min({', '.join(peers)}), measured M in 1..32 "
+                    f"({','.join(map(str, ms)) or 'none'}), every N, K={k}", checked, misses, missing, "shapes")
+
+
 def routed_absolute(graph: list[dict], n: int, max_m: int, limit: float) -> Verdict:
     idx = _index(graph)
     checked, misses, missing = 0, [], []
@@ -170,6 +195,28 @@ def eager_vs_torch(eager: list[dict], factor: float = 1.05) -> Verdict:
                                                   f"{torch_us:.2f} ({routed / torch_us:.3f}x)"))
     return _verdict(f"eager routed <= {factor}x torch.mm wall time, M 1/8/32, N 1024/2560", checked, misses, missing,
                     "shapes")
+
+
+def eager_host_vs_torch(eager: list[dict], factor: float = 0.8) -> Verdict:
+    """Issue 15: an eager routed call's host time <= factor x torch.mm's, at every measured M in 1..32 of the
+    shapes the tables route (a call the table sends to torch is torch)."""
+    checked, misses, missing = 0, [], []
+    for r in eager:
+        if r.get("kind") == "fallback" or r["M"] > 32:
+            continue
+        routed, torch_us = _us(r, "routed"), _us(r, "torch")
+        if routed is None or torch_us is None:
+            missing.append(f"M={r['M']} N={r['N']}: not measured")
+            continue
+        if str(r.get("route", "torch")).startswith("torch"):
+            continue
+        checked += 1
+        if routed > factor * torch_us:
+            misses.append((routed / torch_us, f"M={r['M']} N={r['N']} K={r['K']}: eager routed {routed:.2f} us > "
+                                              f"{factor} x torch {torch_us:.2f} ({routed / torch_us:.3f}x; route "
+                                              f"{r.get('route')})"))
+    return _verdict(f"eager routed host time <= {factor}x torch.mm's, measured M in 1..32, routed shapes",
+                    checked, misses, missing, "shapes")
 
 
 def fallback_added(eager: list[dict], limit: float = 1.0) -> Verdict:
@@ -279,7 +326,7 @@ def check(data: dict[str, object], noise: float = 0.01) -> list[Verdict]:
     region = data.get("region") or []
     out = [routed_vs_peers(graph), routed_absolute(graph, 1024, 8, 6.0), routed_absolute(graph, 2560, 32, 11.0),
            never_slower_than_torch(graph, noise), deterministic_vs_cutedsl(det, noise), decode_add(decode),
-           eager_vs_torch(eager), fallback_added(eager),
+           routed_vs_best(graph), eager_vs_torch(eager), eager_host_vs_torch(eager), fallback_added(eager),
            *region_targets(region, noise),  # type: ignore[arg-type]
            precision({k: v for k, v in data.items() if k != "fuzz"})]  # type: ignore[misc]
     if "fuzz" in data:

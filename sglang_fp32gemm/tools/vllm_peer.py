@@ -23,8 +23,10 @@ SPLITK = ((2, 4), (2, 6), (4, 4), (6, 4), (8, 4))  # (split_k, num_stages)
 Fn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def load() -> tuple[Optional["VllmLL"], str]:
-    """(the peer, "ok") or (None, why it is absent)."""
+def load(device: Optional[torch.device] = None) -> tuple[Optional["VllmLL"], str]:
+    """(the peer, "ok") or (None, why it is absent); it runs on CUDA devices only."""
+    if device is not None and device.type != "cuda":
+        return None, "no CUDA"
     try:
         import importlib
 
