@@ -36,7 +36,9 @@ def _cutedsl_row(router, key, serial: bool):
         # One below the row's M when that M still takes this row: it is run at an M its probe did not run.
         for m in (row.M - 1, row.M):
             p = router.plan(key, m, row.N, row.K, serial=serial) if m >= 1 else None
-            if p is not None and p.row == row and p.backend is not None and p.eager.backend is not None:
+            # SGLang's kernel (libtype cutedsl names our dot kernel too, whose eager launch is cheap)
+            if p is not None and p.row == row and p.backend is not None and p.backend.name == "cutedsl" \
+                    and p.eager is not None and p.eager.backend is not None:
                 return m, row.N, row.K, p
     pytest.skip(f"no cutedsl row with an eager alternative for {key} in the {'serial' if serial else 'fast'} table")
 
@@ -67,7 +69,7 @@ def test_an_eager_call_of_a_cutedsl_row_runs_triton_and_a_captured_one_cutedsl(m
     m, n, k, p = _cutedsl_row(router, device_key(dev), serial)
     row_key = ("cutedsl", p.backend.kernel_name(p.cfg))
     eager_key = (p.eager.backend.name, p.eager.backend.kernel_name(p.eager.cfg))
-    assert eager_key[0] in ("triton", "triton-det"), eager_key
+    assert p.eager.backend.eager_ok and eager_key[0] != "cutedsl", eager_key
     x, w = random_bf16(m, k, device=dev), random_bf16(n, k, device=dev)
 
     s = torch.cuda.Stream()
