@@ -226,7 +226,8 @@ def parser() -> Parser:
                     help="a row only where the kernel is this much faster than torch (default 2%%)")
     ap.add_argument("--backends", nargs="+", default=None, help="backend names to tune (default: every available)")
     ap.add_argument("--max-per-backend", nargs="*", default=list(DEFAULT_CAPS), metavar="NAME=COUNT",
-                    help="time only the first COUNT candidates of a backend (default %(default)s)")
+                    help="time only the first COUNT candidates of a backend (Triton lists its PDL forms after all "
+                         "its plain forms) (default %(default)s)")
     ap.add_argument("--top", type=positive_int, default=3, help="finalists per table re-timed with more replays")
     ap.add_argument("--rank", choices=RANKS, default="isolated",
                     help="order the finalists by their time alone, or by what a call adds in a serial decode chain, "
