@@ -974,3 +974,34 @@ def test_a_kernel_not_ready_inside_capture_falls_back_once_and_stays_enabled(cap
     # Each call is counted where it went, so a bench's route check sees the fallback.
     assert r.counters() == {("late", FAKE_KERNEL): 2,
                             ("torch", f"late {FAKE_KERNEL}: no workspace for this stream (fake)"): 1}
+
+
+def test_telemetry_sums_every_threads_counts_and_recounts_in_the_counting_thread():
+    """Each thread counts into its own dict (no lock on the hot path); counters() is the exact sum."""
+    from sglang_fp32gemm.telemetry import Telemetry
+
+    t = Telemetry()
+    a, b = ("fake", "k"), ("torch", "why")
+    firsts: list = []
+    barrier = threading.Barrier(4)
+
+    def work():
+        barrier.wait()
+        firsts.append(t.count(a))
+        for _ in range(999):
+            t.count(a)
+        t.recount(a, b)  # one of this thread's calls fell back
+
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join(timeout=60)
+    assert firsts == [True] * 4  # each thread's first call under the key
+    assert t.counters() == {a: 4 * 999, b: 4}
+    t.count(b)
+    assert t.counters() == {a: 4 * 999, b: 5}
+    t.reset()
+    assert t.counters() == {}
+    assert t.count(a) is True  # after reset, the first call again
+    assert t.counters() == {a: 1}
