@@ -5,7 +5,8 @@ kernel directly. Grad mode is off, as SGLang serves. Minimum of 9 repeats of 50,
     .venv/bin/python scripts/route_overhead.py
 
 The routing, probe and counters are the real ones (tests/fakes' router builder routes CPU tensors); the
-numbers are this machine's: the H200 machine's CPU ran the same path about 3x slower (run 14).
+numbers are this machine's (the H200 machine's CPU gave about the same, run 16e); on CUDA tensors the same
+path costs more: scripts/eager_overhead_gpu.py measures it there.
 """
 import sys
 import timeit
