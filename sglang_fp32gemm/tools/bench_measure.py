@@ -117,11 +117,16 @@ class Bench:
         self._precision(fns, m, n, k, rec, repeat_for=("routed",) if deterministic else ())
         return rec
 
+    def peer_absent(self, rec: dict) -> bool:
+        """True, with the reason in ``rec["note"]``, when there is no vLLM column."""
+        if self.peer is None:
+            rec["note"][PEER] = self.peer_why
+        return self.peer is None
+
     def peer_fn(self, m: int, n: int, k: int, weights, rec: dict) -> tuple[Optional[str], Optional[Callable]]:
         """(config, fn) of vLLM's ll_bf16 at the fastest exact config of its isolated sweep for (M, N, K), the
         sweep in ``rec["peer_sweep"]``; (None, None) with the reason in ``rec["note"]``. The caller times it."""
-        if self.peer is None:
-            rec["note"][PEER] = self.peer_why
+        if self.peer_absent(rec):
             return None, None
         cfg, fn, sweep = self.peer.pick(m, n, k, self.timer, weights, self.device, self.replays)
         rec.setdefault("peer_sweep", {})[str(n)] = sweep

@@ -67,6 +67,8 @@ def _fp32_modes(bench, ctx: Ctx, m: int, rec: dict) -> dict[str, Any]:
             rec["kernel"][name] = {str(n): f"{kern} ({src})" for n, (_, kern, src) in per_n.items()}
         else:
             rec["note"][name] = "takes only N=" + ",".join(str(n) for n in per_n) + ": no region column"
+    if bench.peer_absent(rec):
+        return modes
     fns = {}
     for n, k in shapes:
         if n not in ctx.sweep_weights:
