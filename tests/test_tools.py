@@ -662,7 +662,7 @@ def test_targets_fail_with_the_numbers(tmp_path, capsys):
     assert "graph M=64 N=2048 K=4096 routed: rel. error 0.003" in out
     assert "eager routed 24.00 us > 1.05 x torch 20.00" in out
     assert "FAIL   isolated: routed <= 1.02x min(torch, cutedsl, vllm_ll), measured M in 1..32 (1,2,3" in out
-    assert "M=4 N=1024: routed 20.00 us > 1.02 x vllm_ll 6.00 (3.333x; route triton)" in out
+    assert "M=4 N=1024: routed 20.00 us > 1.02 x vllm_ll 6.00 = 6.12 (3.333x; route triton)" in out
     assert "FAIL   eager routed host time <= 0.8x torch.mm's, measured M in 1..32, routed shapes: 6 of 6 shapes" in out
     assert "M=1 N=1024 K=7168: eager routed 24.00 us > 0.8 x torch 20.00 (1.200x; route triton:t)" in out
     assert "adds 1.60 us" in out

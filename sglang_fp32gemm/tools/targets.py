@@ -61,36 +61,11 @@ def _us(r: Optional[dict], col: str) -> Optional[float]:
     return float(v) if isinstance(v, (int, float)) else None
 
 
-def routed_vs_peers(graph: list[dict], factor: float = 0.95) -> Verdict:
+def _routed_vs_fastest(graph: list[dict], factor: float, peers: tuple[str, ...], ms: Iterable[int],
+                       k: int) -> tuple[int, list[tuple[float, str]], list[str]]:
+    """(checked, misses, missing): routed <= factor x the fastest of the ``peers`` columns, every N, at ``ms``."""
     idx = _index(graph)
     checked, misses, missing = 0, [], []
-    for n in NS:
-        for m in range(1, 33):
-            r = idx.get((m, n, K_PRO))
-            routed = _us(r, "routed")
-            peers = {p: _us(r, p) for p in PEERS}
-            peers = {p: v for p, v in peers.items() if v is not None}
-            if routed is None or len(peers) < len(PEERS):
-                missing.append(f"M={m} N={n}: " + ("no routed time" if routed is None else
-                                                   f"no {', '.join(p for p in PEERS if p not in peers)} column"))
-                continue
-            checked += 1
-            best_p, best = min(peers.items(), key=lambda kv: kv[1])
-            if routed > factor * best:
-                misses.append((routed / best, f"M={m} N={n}: routed {routed:.2f} us > {factor} x {best_p} "
-                                              f"{best:.2f} = {factor * best:.2f} ({routed / best:.3f}x; "
-                                              f"route {r.get('route')})"))
-    return _verdict(f"routed <= {factor}x min({', '.join(PEERS)} alone), M 1..32, every N, K={K_PRO}",
-                    checked, misses, missing, "shapes")
-
-
-def routed_vs_best(graph: list[dict], factor: float = 1.02, peers: tuple[str, ...] = ("torch", "cutedsl", "vllm_ll"),
-                   k: int = K_PRO) -> Verdict:
-    """Issue 15: routed <= factor x the fastest of torch, SGLang's CuTe-DSL kernel and vLLM's ll_bf16 (its best
-    config), at every measured M in 1..32 and every N, all columns timed in the same run."""
-    idx = _index(graph)
-    ms = sorted({m for (m, _, kk) in idx if kk == k and m <= 32})
-    checked, misses, missing = 0, [], [] if ms else [f"K={k}: no shapes measured"]
     for n in NS:
         for m in ms:
             r = idx.get((m, n, k))
@@ -103,10 +78,27 @@ def routed_vs_best(graph: list[dict], factor: float = 1.02, peers: tuple[str, ..
             checked += 1
             best_p, best = min(times.items(), key=lambda kv: kv[1])  # type: ignore[arg-type,return-value]
             if routed > factor * best:
-                misses.append((routed / best, f"M={m} N={n}: routed {routed:.2f} us > {factor} x {best_p} {best:.2f} "
-                                              f"({routed / best:.3f}x; route {r.get('route')})"))
+                misses.append((routed / best, f"M={m} N={n}: routed {routed:.2f} us > {factor} x {best_p} "
+                                              f"{best:.2f} = {factor * best:.2f} ({routed / best:.3f}x; "
+                                              f"route {r.get('route')})"))  # type: ignore[union-attr]
+    return checked, misses, missing
+
+
+def routed_vs_peers(graph: list[dict], factor: float = 0.95) -> Verdict:
+    checked, misses, missing = _routed_vs_fastest(graph, factor, PEERS, range(1, 33), K_PRO)
+    return _verdict(f"routed <= {factor}x min({', '.join(PEERS)} alone), M 1..32, every N, K={K_PRO}",
+                    checked, misses, missing, "shapes")
+
+
+def routed_vs_best(graph: list[dict], factor: float = 1.02, peers: tuple[str, ...] = ("torch", "cutedsl", "vllm_ll"),
+                   k: int = K_PRO) -> Verdict:
+    """Issue 15: routed <= factor x the fastest of torch, SGLang's CuTe-DSL kernel and vLLM's ll_bf16 (its best
+    config), at every measured M in 1..32 and every N, all columns timed in the same run."""
+    ms = sorted({m for (m, _, kk) in _index(graph) if kk == k and m <= 32})
+    checked, misses, missing = _routed_vs_fastest(graph, factor, peers, ms, k)
     return _verdict(f"isolated: routed <= {factor}x min({', '.join(peers)}), measured M in 1..32 "
-                    f"({','.join(map(str, ms)) or 'none'}), every N, K={k}", checked, misses, missing, "shapes")
+                    f"({','.join(map(str, ms)) or 'none'}), every N, K={k}", checked, misses,
+                    missing if ms else [f"K={k}: no shapes measured"], "shapes")
 
 
 def routed_absolute(graph: list[dict], n: int, max_m: int, limit: float) -> Verdict:
