@@ -921,3 +921,22 @@ def test_the_module_help_in_a_process_exits_0():
     p = subprocess.run([sys.executable, "-m", "sglang_fp32gemm", "--help"], capture_output=True, text=True,
                        timeout=120, env=subprocess_env(), cwd=str(REPO_ROOT))
     assert (p.returncode, p.stderr) == (0, "") and p.stdout.startswith("usage: python -m sglang_fp32gemm")
+
+
+def test_versions_say_whether_the_tree_differs_from_its_git_head(tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    run = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)  # noqa: E731
+    run("init", "-q")
+    (tmp_path / "a.txt").write_text("1\n")
+    run("add", "a.txt")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "a")
+    monkeypatch.chdir(tmp_path)
+    v = common.versions()
+    assert v["git"] and v["git_tracked_changes"] == 0
+    (tmp_path / "a.txt").write_text("2\n")  # as a copied tree over an older .git
+    (tmp_path / "new.txt").write_text("untracked files are not counted\n")
+    assert common.versions()["git_tracked_changes"] == 1

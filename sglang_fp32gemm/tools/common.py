@@ -98,6 +98,9 @@ def versions() -> dict:
         out["l2_bytes"] = getattr(props, "L2_cache_size", None)
         out["driver"] = _or_none(lambda: _run("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"))
     out["git"] = _or_none(lambda: _run("git", "rev-parse", "--short", "HEAD", timeout=10))
+    # A copied tree (the device machine's) may carry an older .git: its HEAD is then not the code that ran.
+    out["git_tracked_changes"] = _or_none(
+        lambda: len((_run("git", "status", "--porcelain", "--untracked-files=no", timeout=10) or "").splitlines()))
     return out
 
 
