@@ -54,6 +54,11 @@ def _index(results: Iterable[dict]) -> dict[tuple[int, int, int], dict]:
     return {(r["M"], r["N"], r["K"]): r for r in results if "M" in r}
 
 
+def _measured_ms(idx: dict[tuple[int, int, int], dict], k: int, max_m: int) -> list[int]:
+    """The M values measured at ``k``, up to ``max_m``."""
+    return sorted({m for (m, _, kk) in idx if kk == k and m <= max_m})
+
+
 def _us(r: Optional[dict], col: str) -> Optional[float]:
     if r is None:
         return None
@@ -94,7 +99,7 @@ def routed_vs_best(graph: list[dict], factor: float = 1.02, peers: tuple[str, ..
                    k: int = K_PRO) -> Verdict:
     """Issue 15: routed <= factor x the fastest of torch, SGLang's CuTe-DSL kernel and vLLM's ll_bf16 (its best
     config), at every measured M in 1..32 and every N, all columns timed in the same run."""
-    ms = sorted({m for (m, _, kk) in _index(graph) if kk == k and m <= 32})
+    ms = _measured_ms(_index(graph), k, 32)
     checked, misses, missing = _routed_vs_fastest(graph, factor, peers, ms, k)
     return _verdict(f"isolated: routed <= {factor}x min({', '.join(peers)}), measured M in 1..32 "
                     f"({','.join(map(str, ms)) or 'none'}), every N, K={k}", checked, misses,
@@ -119,7 +124,7 @@ def never_slower_than_torch(graph: list[dict], noise: float = 0.01) -> Verdict:
     idx = _index(graph)
     checked, misses, missing = 0, [], []
     for k in (K_PRO, K_FLASH):
-        ms = sorted({m for (m, n, kk) in idx if kk == k and m <= 128})
+        ms = _measured_ms(idx, k, 128)
         if not ms:
             missing.append(f"K={k}: no shapes measured")
             continue
