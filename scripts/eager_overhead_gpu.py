@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import runpy
-import statistics
 import sys
 import time
 from pathlib import Path
