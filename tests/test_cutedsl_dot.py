@@ -51,7 +51,7 @@ def test_the_two_cutedsl_backends_take_only_their_own_names():
         warp.parse("cutedsl_dot_m1_t128_r2_pdl")
     with pytest.raises(ValueError):
         dot.parse("cutedsl_warpsplitk_o16_t8_k256_s8_b1")
-    assert [b.name for b in all_backends() if b.libtype == "cutedsl"] == ["cutedsl", "cutedsl-dot"]
+    assert [b.name for b in all_backends() if b.libtype == "cutedsl"] == ["cutedsl", "cutedsl-dot", "cutedsl-mma"]
     accepted = []
     for parse in parsers(default_backends())["cutedsl"]:
         try:

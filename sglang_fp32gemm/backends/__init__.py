@@ -14,6 +14,7 @@ def all_backends() -> list[Backend]:
     """A fresh instance of every backend, in routing order."""
     from sglang_fp32gemm.backends.aiter_tgemm import AiterBackend
     from sglang_fp32gemm.backends.cutedsl_dot import CuteDSLDotBackend
+    from sglang_fp32gemm.backends.cutedsl_mma import CuteDSLMmaBackend
     from sglang_fp32gemm.backends.cutedsl_warp import CuteDSLWarpBackend
     from sglang_fp32gemm.backends.flydsl_gfx950 import FlyDSLBackend
     from sglang_fp32gemm.backends.triton import TritonEpochBackend
@@ -21,8 +22,8 @@ def all_backends() -> list[Backend]:
 
     # On gfx950 aiter's own fixed kernel is preferred when the installed
     # aiter has it; our FlyDSL kernel (same kernelName grammar) is second.
-    return [TritonEpochBackend(), TritonSplitKBackend(), CuteDSLWarpBackend(), CuteDSLDotBackend(), AiterBackend(),
-            FlyDSLBackend()]
+    return [TritonEpochBackend(), TritonSplitKBackend(), CuteDSLWarpBackend(), CuteDSLDotBackend(), CuteDSLMmaBackend(),
+            AiterBackend(), FlyDSLBackend()]
 
 
 def default_backends() -> dict[str, list[Backend]]:

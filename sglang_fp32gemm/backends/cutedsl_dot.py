@@ -2,13 +2,10 @@
 
 One CTA per ``rows`` rows of W over the whole K, every W load in flight
 before the first multiply, no split-K; what it is and why it is exact: the
-kernel module. Compiled once per (config, device, N, K) in ``bind``, on
-fake tensors (M symbolic), with ``--enable-tvm-ffi``: a call passes the
-torch tensors and the kernel launches on torch's current stream, with no
-per-call conversion. Names parse without imports; cutlass and tvm_ffi are
-imported in ``available`` and ``bind`` only. It serves rows of libtype
-``cutedsl`` whose kernelName has this backend's form (the warp split-K
-backend rejects those names, and this one rejects its).
+kernel module. Compiled and called through TVM-FFI (``cutedsl_tvm.py``).
+Names parse without imports. It serves rows of libtype ``cutedsl`` whose
+kernelName has this backend's form (the other ``cutedsl`` backends reject
+those names, and this one rejects theirs).
 """
 
 from __future__ import annotations
@@ -20,10 +17,9 @@ from typing import Any
 
 import torch
 
-from sglang_fp32gemm.backends.base import (OK, Backend, KernelFn, Verdict, file_source_tag, nvidia_capability,
-                                           sm90_or_later)
+from sglang_fp32gemm.backends.base import OK, Verdict, file_source_tag, sm90_or_later
+from sglang_fp32gemm.backends.cutedsl_tvm import VEC, TvmFfiBackend, compile_form
 
-VEC = 8                   # bf16 per 16-byte load
 MAX_M = 4                 # the dot product wins only at the smallest M (issue 15)
 ROWS = (1, 2, 4)
 _FORM = "cutedsl_dot_m<MAX_M>_t<THREADS>_r<ROWS>[_pdl]"
@@ -98,57 +94,24 @@ def order_reference(x: torch.Tensor, w: torch.Tensor, threads: int) -> torch.Ten
 
 def compile_kernel(cfg: DotConfig, n: int, k: int) -> Any:
     """The TVM-FFI function ``f(x, w, out)`` for (cfg, N, K), compiled on fake tensors (M symbolic)."""
-    import cutlass
-    import cutlass.cute as cute
-
     from sglang_fp32gemm.backends.cutedsl_dot_kernel import DotKernel
 
-    kern = DotKernel(n, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC)
-    fake = cute.runtime.make_fake_tensor
-    # x: any row stride that keeps 16-byte rows (the call copies x otherwise); w and out: packed.
-    x = fake(cutlass.BFloat16, (cute.sym_int(), k), stride=(cute.sym_int64(divisibility=VEC), 1), assumed_align=16)
-    w = fake(cutlass.BFloat16, (n, k), stride=(k, 1), assumed_align=16)
-    out = fake(cutlass.Float32, (cute.sym_int(), n), stride=(n, 1), assumed_align=16)
-    stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
-    return cute.compile(kern, x, w, out, stream, options="--enable-tvm-ffi")
+    return compile_form(DotKernel(n, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC), n, k)
 
 
-class CuteDSLDotBackend(Backend):
+class CuteDSLDotBackend(TvmFfiBackend):
     """Our CuTe-DSL dot-product kernel (M <= 4); serves ``cutedsl`` rows of its name form."""
 
     name = "cutedsl-dot"
-    libtype = "cutedsl"
-    # Run on the H200 by this project's GPU tests and tuner.
-    isolated_probe = False
-    # A call is one TVM-FFI call with torch tensors: no per-call conversion (checked on the
-    # device by the eager bench; eager_ok False would send its eager calls elsewhere).
-    eager_ok = True
-
-    def available(self) -> Verdict:
-        cap, why = nvidia_capability()
-        if cap is None:
-            return False, why
-        major, minor = cap
-        if major < 9:
-            return False, f"sm_{major}{minor}: the kernel is built and tested for sm90 and later"
-        try:
-            import cutlass.cute  # noqa: F401
-            import tvm_ffi  # noqa: F401
-        except Exception as e:  # ImportError, or a broken install
-            return False, f"the CuTe DSL with TVM-FFI does not import ({type(e).__name__}: {e})"
-        return OK
 
     def parse(self, kernel_name: str) -> DotConfig:
         return DotConfig.parse(kernel_name)
 
-    def deterministic(self, cfg: DotConfig) -> bool:
-        return True  # fixed summation order (cutedsl_dot_kernel.py)
-
-    def supports(self, cfg: DotConfig, m: int, n: int, k: int) -> Verdict:
-        return cfg.check_shape(m, n, k)
-
     def source_tag(self, cfg: DotConfig) -> str:
         return file_source_tag(Path(__file__).parent / "cutedsl_dot_kernel.py", "nvidia-cutlass-dsl", "cutlass-dsl")
+
+    def compile(self, cfg: DotConfig, n: int, k: int) -> Any:
+        return compile_kernel(cfg, n, k)
 
     def candidates(self, m: int, n: int, k: int) -> list[DotConfig]:
         """At M 1, 2 and 4 (aiter's lookup gives each its own row): every thread count from 64 to 1024
@@ -164,34 +127,3 @@ class CuteDSLDotBackend(Backend):
                 if cfg.check_shape(m, n, k)[0]:
                     out.append(cfg)
         return out
-
-    def bind(self, cfg: DotConfig, device: torch.device, n: int, k: int) -> KernelFn:
-        ok, why = cfg.check_shape(1, n, k)
-        if not ok:
-            raise ValueError(why)
-        device = torch.device(device)
-        if device.type != "cuda":
-            raise RuntimeError(f"device {device} is not CUDA")
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-        with torch.cuda.device(device):
-            f = compile_kernel(cfg, n, k)
-        f32 = torch.float32
-
-        def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-            m = x.shape[0]
-            if w.data_ptr() & 15:
-                # A weight is the same tensor on every call: the router disables the kernel (one warning).
-                raise ValueError("w is not 16-byte aligned (the compiled form loads it 16 bytes at a time)")
-            if x.stride(0) % VEC or x.data_ptr() & 15:
-                # The compiled form takes 16-byte aligned rows: one row restrided, else a copy (M <= 4).
-                if m == 1 and not x.data_ptr() & 15:
-                    x = x.as_strided((1, k), (k, 1))
-                else:
-                    x = x.clone(memory_format=torch.contiguous_format)
-            out = torch.empty((m, n), dtype=f32, device=device)
-            f(x, w, out)
-            return out
-
-        fn.compiled = f  # type: ignore[attr-defined]
-        return fn

@@ -1,0 +1,124 @@
+"""NVIDIA backend ``cutedsl-mma``: our CuTe-DSL tensor-core split-K kernel for M <= 16 (``cutedsl_mma_kernel.py``).
+
+Swap-AB ``mma.sync`` with K split over a CTA's warps and a cluster's CTAs,
+reduced through shared and distributed shared memory in a fixed order; what
+it is and why it is exact: the kernel module. Compiled and called through
+TVM-FFI (``cutedsl_tvm.py``). Names parse without imports. It serves rows of
+libtype ``cutedsl`` whose kernelName has this backend's form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+from sglang_fp32gemm.backends.base import OK, Verdict, file_source_tag, sm90_or_later
+from sglang_fp32gemm.backends.cutedsl_tvm import TvmFfiBackend, compile_form
+
+MAX_M = 16                # two n8 tiles of x rows
+WARPS = (2, 4, 8)
+ROW_GROUPS = (1, 2)       # 16-row groups of W a CTA owns
+CLUSTERS = (1, 2, 4, 8)   # CTAs along K (8: the portable cluster limit)
+_FORM = "cutedsl_mma_m<8|16>_w<WARPS>_r<ROW_GROUPS>_c<CLUSTER>[_s][_pdl]"
+_NAME_RE = re.compile(r"^cutedsl_mma_m(?P<m>\d+)_w(?P<w>\d+)_r(?P<r>\d+)_c(?P<c>\d+)(?P<s>_s)?(?P<pdl>_pdl)?$")
+# 16-byte vectors a thread keeps in registers (W unless staged, and x): 4 registers each.
+MAX_VECTORS = 48
+# Shared memory a staged CTA may fill with W (of the 227 KiB an sm90 CTA may have).
+MAX_STAGE_BYTES = 200 << 10
+
+
+@dataclasses.dataclass(frozen=True)
+class MmaConfig:
+    """One form of the kernel; ``name`` is its kernelName."""
+
+    max_m: int
+    warps: int
+    rg: int
+    cs: int
+    pdl: bool = False
+    staged: bool = False  # W through shared memory (cp.async) instead of registers
+
+    def __post_init__(self) -> None:
+        if self.max_m not in (8, 16):
+            raise ValueError(f"max_m={self.max_m}: must be 8 or 16")
+        if self.warps not in WARPS:
+            raise ValueError(f"warps={self.warps}: must be one of {WARPS}")
+        if self.rg not in ROW_GROUPS:
+            raise ValueError(f"row groups={self.rg}: must be one of {ROW_GROUPS}")
+        if self.cs not in CLUSTERS:
+            raise ValueError(f"cluster={self.cs}: must be one of {CLUSTERS}")
+
+    @property
+    def name(self) -> str:
+        return (f"cutedsl_mma_m{self.max_m}_w{self.warps}_r{self.rg}_c{self.cs}" + ("_s" if self.staged else "")
+                + ("_pdl" if self.pdl else ""))
+
+    @classmethod
+    def parse(cls, name: str) -> "MmaConfig":
+        g = _NAME_RE.match(name)
+        if g is None:
+            raise ValueError(f"kernelName {name!r} is not of the form {_FORM}")
+        return cls(int(g["m"]), int(g["w"]), int(g["r"]), int(g["c"]), g["pdl"] is not None, g["s"] is not None)
+
+    def chunks(self, k: int) -> int:
+        """32-K steps of each warp."""
+        return k // (self.cs * self.warps * 32)
+
+    def check_shape(self, m: int, n: int, k: int) -> Verdict:
+        if not 1 <= m <= self.max_m:
+            return False, f"M={m} is outside 1..{self.max_m}"
+        if n <= 0 or n % (16 * self.rg):
+            return False, f"N={n} is not a multiple of 16 x {self.rg} rows"
+        step = 32 * self.warps * self.cs
+        if k <= 0 or k % step:
+            return False, f"K={k} is not a multiple of 32 x warps x cluster = {step}"
+        w_vectors, x_vectors = self.chunks(k) * 2 * self.rg, self.chunks(k) * self.max_m // 8
+        vectors = x_vectors + (0 if self.staged else w_vectors)
+        if vectors > MAX_VECTORS:
+            return False, f"{vectors} 16-byte vectors a thread (more than {MAX_VECTORS}: registers)"
+        stage = w_vectors * 16 * 32 * self.warps if self.staged else 0
+        if stage > MAX_STAGE_BYTES:
+            return False, f"{stage} bytes of W staged a CTA (more than {MAX_STAGE_BYTES}: shared memory)"
+        return OK
+
+
+def compile_kernel(cfg: MmaConfig, n: int, k: int) -> Any:
+    """The TVM-FFI function ``f(x, w, out)`` for (cfg, N, K), compiled on fake tensors (M symbolic)."""
+    from sglang_fp32gemm.backends.cutedsl_mma_kernel import MmaKernel
+
+    return compile_form(MmaKernel(n, k, cfg.warps, cfg.rg, cfg.max_m // 8, cfg.cs, cfg.pdl, cfg.staged), n, k)
+
+
+class CuteDSLMmaBackend(TvmFfiBackend):
+    """Our CuTe-DSL tensor-core split-K kernel (M <= 16); serves ``cutedsl`` rows of its name form."""
+
+    name = "cutedsl-mma"
+
+    def parse(self, kernel_name: str) -> MmaConfig:
+        return MmaConfig.parse(kernel_name)
+
+    def source_tag(self, cfg: MmaConfig) -> str:
+        return file_source_tag(Path(__file__).parent / "cutedsl_mma_kernel.py", "nvidia-cutlass-dsl", "cutlass-dsl")
+
+    def compile(self, cfg: MmaConfig, n: int, k: int) -> Any:
+        return compile_kernel(cfg, n, k)
+
+    def candidates(self, m: int, n: int, k: int) -> list[MmaConfig]:
+        """At M 3..16: every warp count, row-group count and cluster size that tiles the shape, the
+        smallest n8 tile count that holds M, W in registers or staged; with and without PDL on sm90
+        and later."""
+        if not 3 <= m <= MAX_M:
+            return []
+        max_m = 8 if m <= 8 else 16
+        out = []
+        for pdl in ((False, True) if sm90_or_later() else (False,)):
+            for warps in WARPS:
+                for rg in ROW_GROUPS:
+                    for cs in CLUSTERS:
+                        for staged in (False, True):
+                            cfg = MmaConfig(max_m, warps, rg, cs, pdl, staged)
+                            if cfg.check_shape(m, n, k)[0]:
+                                out.append(cfg)
+        return out

@@ -1,0 +1,210 @@
+"""The CuTe-DSL kernel of the ``cutedsl-mma`` backend: out[M, N] fp32 = x[M, K] @ w[N, K]^T for M <= 16.
+
+Imported only when the backend binds a kernel (cutlass is imported lazily).
+
+Swap-AB tensor-core split-K for decode (M 4-16), where the dot-product
+kernel runs out of CUDA-core throughput and re-reads x once per W row:
+
+- W rows sit on the MMA's M side (``mma.sync`` m16n8k16, bf16 in, fp32
+  accumulate), x rows on its N side (8 per n-tile), so a CTA reads x once
+  for 16 x ``rg`` W rows.
+- A thread loads 16 bytes (8 consecutive K) of a W row straight into the
+  registers the MMA reads. The MMA's K order is a permutation of the
+  physical K; x is loaded with the same permutation, so the products pair
+  up. Every W load of a thread is issued before anything waits; with PDL
+  before ``griddepcontrol.wait`` (W does not depend on the kernel before),
+  x after it; without PDL the wait stays, as a fence that keeps the loads
+  issued together.
+- K is split over the warps of a CTA (interleaved 32 K at a time, so the
+  CTA reads long runs of each row) and over the ``cs`` CTAs of a cluster.
+  Warps are summed through shared memory in warp order, then the cluster's
+  CTAs through distributed shared memory in rank order: one launch, no
+  workspace, no atomics.
+
+Exact: every product is bf16 x bf16 (exact in fp32), accumulated in fp32 by
+the tensor core, then summed in fp32 in an order fixed by the config:
+deterministic.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.memory
+from cutlass import const_expr
+
+_MMA = ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{{$w0}, {$w1}, {$w2}, {$w3}}, {{$r0}, {$r1}, {$r2}, {$r3}}, {{$r4}, {$r5}}, "
+        "{{$r6}, {$r7}, {$r8}, {$r9}};")
+
+# 16 bytes global -> shared, bypassing L1 (W is read once).
+_CP_ASYNC = "cp.async.cg.shared.global [{$r0}], [{$r1}], 16;"
+# A float of CTA `$r1`'s shared memory at this CTA's shared address `$r0`.
+_DSMEM_LOAD = ("{ .reg .b32 ra; mapa.shared::cluster.u32 ra, {$r0}, {$r1}; "
+               "ld.shared::cluster.f32 {$w0}, [ra]; }")
+
+
+class MmaKernel:
+    """One compiled form: (N, K) fixed, M <= 8 x ``nt`` at run time."""
+
+    def __init__(self, n: int, k: int, warps: int, rg: int, nt: int, cs: int, pdl: bool, staged: bool) -> None:
+        if k % (cs * warps * 32) or n % (16 * rg):
+            raise ValueError(f"warps={warps}, rg={rg}, cs={cs} do not tile N={n}, K={k}")
+        self.n, self.k, self.warps, self.rg, self.nt, self.cs, self.pdl = n, k, warps, rg, nt, cs, pdl
+        self.staged = staged
+        self.chunks = k // (cs * warps * 32)      # 32-K steps per warp
+        self.slots = rg * nt * 4                  # accumulator floats per thread
+        self.tile = self.slots * 32               # floats of a CTA's output tile
+        self.wvecs = self.chunks * rg * 2         # 16-byte W vectors per thread
+        self.stage_bytes = self.wvecs * 16 * warps * 32 if staged else 0
+
+    @cute.jit
+    def __call__(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor, stream):
+        self.kernel(x, w, out).launch(
+            grid=(self.cs, self.n // (16 * self.rg), 1), block=(self.warps * 32, 1, 1),
+            cluster=(self.cs, 1, 1), smem=self.stage_bytes + (self.warps + 1) * self.tile * 4 + 64, stream=stream,
+            use_pdl=self.pdl,
+        )
+
+    @cute.kernel
+    def kernel(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor):
+        tid, _, _ = cute.arch.thread_idx()
+        rank, tile_idx, _ = cute.arch.block_idx()   # the cluster spans grid x: rank == block x
+        warps, rg, nt, cs, chunks = self.warps, self.rg, self.nt, self.cs, self.chunks
+        lane = tid % 32
+        warp = tid // 32
+        g = lane // 4
+        c = lane % 4
+        m_run = x.shape[0]
+        row0 = tile_idx * (16 * rg)
+
+        # 1. Every W vector of this thread in flight before anything waits: into registers, or
+        #    (``staged``) by cp.async into this thread's own slots of shared memory, which hold more.
+        #    Chunk i of this warp covers K [32 q, 32 q + 32), q = (rank x chunks + i) x warps + warp;
+        #    lane (g, c) reads 8 K at 32 q + 8 c of rows g and g + 8 of each 16-row group.
+        smem = cutlass.memory.SmemAllocator()
+        threads = warps * 32
+        if const_expr(self.staged):
+            stage = smem.allocate_tensor(cutlass.Int32, cute.make_layout((4, threads, self.wvecs),
+                                                                         stride=(1, 4, 4 * threads)),
+                                         byte_alignment=16)
+        wr = []
+        for i in cutlass.range_constexpr(chunks):
+            v = ((rank * chunks + i) * warps + warp) * 4 + c     # index of the 8-K vector
+            for r in cutlass.range_constexpr(rg):
+                for h in cutlass.range_constexpr(2):
+                    src = cute.zipped_divide(w[row0 + 16 * r + 8 * h + g, None], (8,))[None, v]
+                    if const_expr(self.staged):
+                        mine = stage[None, tid, len(wr)]
+                        cute.arch.inline_ptx(_CP_ASYNC, read_only_args=[mine.iterator.toint(),
+                                                                        src.iterator.toint()])
+                        wr.append(mine)
+                    else:
+                        dst = cute.make_rmem_tensor_like(src)
+                        cute.autovec_copy(src, dst)
+                        wr.append(cute.recast_tensor(dst, cutlass.Int32))
+        if const_expr(self.staged):
+            cute.arch.cp_async_commit_group()
+
+        # 2. x is written by the kernel before this one. The wait also stops the compiler from
+        #    sinking W loads below it (where register pressure would put them, each next to its
+        #    MMA, so their latencies add up); launched without PDL it returns at once.
+        cute.arch.griddepcontrol_wait()
+
+        # Every x vector next, before any MMA. A row past M reads row M - 1 instead (no branch, so the
+        # loads issue together): its MMA column is computed and never written.
+        xr = []
+        for i in cutlass.range_constexpr(chunks):
+            v = ((rank * chunks + i) * warps + warp) * 4 + c
+            for t in cutlass.range_constexpr(nt):
+                src = cute.zipped_divide(x[cutlass.min(g + 8 * t, m_run - 1), None], (8,))[None, v]
+                dst = cute.make_rmem_tensor_like(src)
+                cute.autovec_copy(src, dst)
+                xr.append(cute.recast_tensor(dst, cutlass.Int32))
+
+        if const_expr(self.staged):
+            # A thread reads back only its own slots: waiting for its own copies is enough.
+            cute.arch.cp_async_wait_group(0)
+            staged_w = wr
+            wr = []
+            for mine in staged_w:
+                dst = cute.make_rmem_tensor((4,), cutlass.Int32)
+                cute.autovec_copy(mine, dst)
+                wr.append(dst)
+
+        acc = cute.make_rmem_tensor((self.slots,), cutlass.Float32)
+        acc.fill(0.0)
+        for i in cutlass.range_constexpr(chunks):
+            xs = [xr[i * nt + t] for t in range(nt)]
+            # Words 2j, 2j + 1 of each vector feed MMA j (K 4j..4j+3 of the 8): the same
+            # permutation on both sides.
+            for j in cutlass.range_constexpr(2):
+                for r in cutlass.range_constexpr(rg):
+                    lo = wr[(i * rg + r) * 2]
+                    hi = wr[(i * rg + r) * 2 + 1]
+                    for t in cutlass.range_constexpr(nt):
+                        s = (r * nt + t) * 4
+                        d = cute.arch.inline_ptx(
+                            _MMA,
+                            write_only_types=[cutlass.Float32] * 4,
+                            read_only_args=[lo[2 * j], hi[2 * j], lo[2 * j + 1], hi[2 * j + 1],
+                                            xs[t][2 * j], xs[t][2 * j + 1],
+                                            acc[s], acc[s + 1], acc[s + 2], acc[s + 3]],
+                        )
+                        for e in cutlass.range_constexpr(4):
+                            acc[s + e] = d[e]
+
+        if const_expr(self.pdl):
+            # Dependents still wait for this whole grid before they read out.
+            cute.arch.griddepcontrol_launch_dependents()
+
+        # 3. The warps in order, through shared memory.
+        tile = self.tile
+        red = smem.allocate_tensor(cutlass.Float32, cute.make_layout((warps, tile), stride=(tile, 1)),
+                                   byte_alignment=16)
+        part = smem.allocate_tensor(cutlass.Float32, cute.make_layout((tile,)), byte_alignment=16)
+        for s in cutlass.range_constexpr(self.slots):
+            red[warp, s * 32 + lane] = acc[s]
+        cute.arch.sync_threads()
+        for q in cutlass.range_constexpr((tile + threads - 1) // threads):
+            e = q * threads + tid
+            if e < tile:
+                total = red[0, e]
+                for p in cutlass.range_constexpr(1, warps):
+                    total = total + red[p, e]
+                part[e] = total
+
+        # 4. The cluster's CTAs in rank order, through distributed shared memory: CTA `rank`
+        #    finishes its share of the tile and writes it.
+        if const_expr(cs > 1):
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()
+        else:
+            cute.arch.sync_threads()
+        share = tile // cs
+        for q in cutlass.range_constexpr((share + threads - 1) // threads):
+            e_local = q * threads + tid
+            if e_local < share:
+                e = rank * share + e_local
+                total = part[e]
+                if const_expr(cs > 1):
+                    local = (part.iterator + e).toint()
+                    total = cute.arch.inline_ptx(
+                        _DSMEM_LOAD, write_only_types=[cutlass.Float32], read_only_args=[local, 0])
+                    for p in cutlass.range_constexpr(1, cs):
+                        total = total + cute.arch.inline_ptx(
+                            _DSMEM_LOAD, write_only_types=[cutlass.Float32], read_only_args=[local, p])
+                # e = s x 32 + lane; accumulator s = (r x nt + t) x 4 + f; the MMA's D fragment: f 0-1
+                # row g, f 2-3 row g + 8; x row 8 t + 2 c + f % 2.
+                es = e // 32
+                ln = e % 32
+                ef = es % 4
+                et = (es // 4) % nt
+                er = es // (4 * nt)
+                mrow = 8 * et + 2 * (ln % 4) + ef % 2
+                if mrow < m_run:
+                    out[mrow, row0 + 16 * er + ln // 4 + 8 * (ef // 2)] = total
+        if const_expr(cs > 1):
+            # No CTA leaves while a peer may still read its shared memory.
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()

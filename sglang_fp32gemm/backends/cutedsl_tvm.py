@@ -1,0 +1,99 @@
+"""What our CuTe-DSL backends (``cutedsl-dot``, ``cutedsl-mma``) share: availability, and ``bind``.
+
+Each compiles one form per (config, device, N, K) in ``bind``, on fake tensors
+(M symbolic), with ``--enable-tvm-ffi``: a call passes the torch tensors and
+the kernel launches on torch's current stream, with no per-call conversion.
+cutlass and tvm_ffi are imported in ``available`` and a subclass's
+``compile`` only.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import torch
+
+from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, Verdict, nvidia_capability
+
+VEC = 8  # bf16 per 16-byte load
+
+
+def compile_form(kern: Any, n: int, k: int) -> Any:
+    """The TVM-FFI function ``f(x, w, out)`` of the ``cute.jit`` callable ``kern`` for (N, K), compiled on fake
+    tensors: x any 16-byte-aligned row stride, M symbolic; w and out packed."""
+    import cutlass
+    import cutlass.cute as cute
+
+    fake = cute.runtime.make_fake_tensor
+    x = fake(cutlass.BFloat16, (cute.sym_int(), k), stride=(cute.sym_int64(divisibility=VEC), 1), assumed_align=16)
+    w = fake(cutlass.BFloat16, (n, k), stride=(k, 1), assumed_align=16)
+    out = fake(cutlass.Float32, (cute.sym_int(), n), stride=(n, 1), assumed_align=16)
+    stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
+    return cute.compile(kern, x, w, out, stream, options="--enable-tvm-ffi")
+
+
+class TvmFfiBackend(Backend):
+    """A CuTe-DSL kernel of ours, called through TVM-FFI; subclasses give ``compile`` and the config rules."""
+
+    libtype = "cutedsl"
+    # Run on the H200 by this project's GPU tests and tuner.
+    isolated_probe = False
+    # A call is one TVM-FFI call with torch tensors: no per-call conversion (checked on the
+    # device by the eager bench; eager_ok False would send its eager calls elsewhere).
+    eager_ok = True
+
+    @abc.abstractmethod
+    def compile(self, cfg: Any, n: int, k: int) -> Any:
+        """The compiled ``f(x, w, out)`` for (cfg, N, K) (``compile_form``)."""
+
+    def available(self) -> Verdict:
+        cap, why = nvidia_capability()
+        if cap is None:
+            return False, why
+        major, minor = cap
+        if major < 9:
+            return False, f"sm_{major}{minor}: the kernel is built and tested for sm90 and later"
+        try:
+            import cutlass.cute  # noqa: F401
+            import tvm_ffi  # noqa: F401
+        except Exception as e:  # ImportError, or a broken install
+            return False, f"the CuTe DSL with TVM-FFI does not import ({type(e).__name__}: {e})"
+        return OK
+
+    def deterministic(self, cfg: Any) -> bool:
+        return True  # a fixed summation order (the kernel modules)
+
+    def supports(self, cfg: Any, m: int, n: int, k: int) -> Verdict:
+        return cfg.check_shape(m, n, k)
+
+    def bind(self, cfg: Any, device: torch.device, n: int, k: int) -> KernelFn:
+        ok, why = cfg.check_shape(1, n, k)
+        if not ok:
+            raise ValueError(why)
+        device = torch.device(device)
+        if device.type != "cuda":
+            raise RuntimeError(f"device {device} is not CUDA")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        with torch.cuda.device(device):
+            f = self.compile(cfg, n, k)
+        f32 = torch.float32
+
+        def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            m = x.shape[0]
+            if w.data_ptr() & 15:
+                # A weight is the same tensor on every call: the router disables the kernel (one warning).
+                raise ValueError("w is not 16-byte aligned (the compiled form loads it 16 bytes at a time)")
+            if x.stride(0) % VEC or x.data_ptr() & 15:
+                # The compiled form takes 16-byte aligned rows: one row restrided, else a copy (small M).
+                if m == 1 and not x.data_ptr() & 15:
+                    x = x.as_strided((1, k), (k, 1))
+                else:
+                    x = x.clone(memory_format=torch.contiguous_format)
+            out = torch.empty((m, n), dtype=f32, device=device)
+            f(x, w, out)
+            return out
+
+        fn.compiled = f  # type: ignore[attr-defined]
+        return fn

@@ -1,0 +1,135 @@
+"""The ``cutedsl-mma`` backend (our CuTe-DSL tensor-core split-K kernel, M <= 16) on CPU.
+
+The kernel runs only on an sm90+ GPU (tests/test_cutedsl_mma_gpu.py). Here: names and shape rules, the
+candidates, and the kernel compiled for sm_90a on this CPU (nvidia-cutlass-dsl compiles without a GPU; the
+tests skip, saying so, where it is not installed), its PTX read for what the design promises.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_fp32gemm.backends import default_backends, parsers
+from sglang_fp32gemm.backends.cutedsl_mma import MAX_STAGE_BYTES, MAX_VECTORS, CuteDSLMmaBackend, MmaConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("cfg", [MmaConfig(8, 8, 1, 2, True), MmaConfig(16, 4, 2, 8), MmaConfig(8, 2, 1, 4, False, True),
+                                 MmaConfig(16, 8, 1, 1, True, True)])
+def test_names_round_trip(cfg):
+    assert MmaConfig.parse(cfg.name) == cfg
+    assert CuteDSLMmaBackend().kernel_name(cfg) == cfg.name
+
+
+@pytest.mark.parametrize("name, why", [
+    ("cutedsl_mma_m4_w8_r1_c2", "max_m=4"),
+    ("cutedsl_mma_m8_w3_r1_c2", "warps=3"),
+    ("cutedsl_mma_m8_w8_r4_c2", "row groups=4"),
+    ("cutedsl_mma_m8_w8_r1_c16", "cluster=16"),
+    ("cutedsl_mma_m8_w8_r1", "is not of the form"),
+    ("cutedsl_mma_m8_w8_r1_c2_pdl_s", "is not of the form"),
+    ("cutedsl_dot_m1_t128_r2_pdl", "is not of the form"),
+])
+def test_bad_names_say_what_is_wrong(name, why):
+    with pytest.raises(ValueError, match=why):
+        MmaConfig.parse(name)
+
+
+def test_each_cutedsl_name_has_exactly_one_backend():
+    names = ["cutedsl_mma_m8_w8_r1_c2_pdl", "cutedsl_dot_m1_t128_r2_pdl", "cutedsl_warpsplitk_o16_t8_k256_s8_b1"]
+    for name in names:
+        accepted = []
+        for parse in parsers(default_backends())["cutedsl"]:
+            try:
+                accepted.append(parse(name))
+            except ValueError:
+                pass
+        assert len(accepted) == 1, (name, accepted)
+
+
+@pytest.mark.parametrize("cfg, m, n, k, ok", [
+    (MmaConfig(8, 8, 1, 4), 8, 1024, 7168, True),
+    (MmaConfig(8, 8, 1, 4), 1, 1024, 7168, True),       # any M up to max_m
+    (MmaConfig(8, 8, 1, 4), 9, 1024, 7168, False),      # above max_m
+    (MmaConfig(16, 8, 2, 4), 16, 1040, 7168, False),    # N not a multiple of 32
+    (MmaConfig(8, 8, 1, 8), 8, 1024, 7168, False),      # 7168 = 3.5 x 32 x 8 x 8
+    (MmaConfig(8, 8, 1, 1), 8, 1024, 7168, False),      # 28 steps: 84 vectors in registers
+    (MmaConfig(8, 8, 1, 1, staged=True), 8, 1024, 7168, False),   # 229376 bytes staged
+    (MmaConfig(8, 4, 1, 2, staged=True), 8, 1024, 7168, True),    # 114688 bytes staged
+    (MmaConfig(16, 8, 1, 2), 16, 1024, 7168, False),    # 14 steps x (2 + 2) vectors
+    (MmaConfig(16, 8, 1, 2, staged=True), 16, 1024, 7168, True),
+])
+def test_shape_rules(cfg, m, n, k, ok):
+    assert CuteDSLMmaBackend().supports(cfg, m, n, k)[0] is ok
+
+
+def test_candidates_only_at_m_3_to_16_and_every_one_takes_the_shape():
+    b = CuteDSLMmaBackend()
+    for k in (7168, 4096, 5120):
+        for n in (512, 1024, 2048, 2560):
+            for m in (1, 2, 3, 4, 8, 9, 16, 17):
+                cands = b.candidates(m, n, k)
+                assert bool(cands) == (3 <= m <= 16), (m, n, k)
+                for c in cands:
+                    assert c.max_m == (8 if m <= 8 else 16) and b.supports(c, m, n, k)[0], (c, m, n, k)
+                    steps = c.chunks(k)
+                    assert steps * (c.max_m // 8 + (0 if c.staged else 2 * c.rg)) <= MAX_VECTORS
+                    assert not c.staged or steps * 2 * c.rg * 16 * 32 * c.warps <= MAX_STAGE_BYTES
+    # Without a GPU no PDL form is offered; both W placements are.
+    assert {c.staged for c in b.candidates(8, 1024, 7168)} == {False, True}
+    assert not any(c.pdl for c in b.candidates(8, 1024, 7168))
+
+
+def _compile_and_read_ptx(tmp_path: Path, cfg: MmaConfig, n: int, k: int) -> str:
+    # Looked up, not imported: the CuTe DSL's MLIR libraries must stay out of this process (FlyDSL's
+    # compile tests load their own MLIR in the same pytest worker).
+    for mod, dist in (("cutlass", "nvidia-cutlass-dsl"), ("tvm_ffi", "apache-tvm-ffi")):
+        if importlib.util.find_spec(mod) is None:
+            pytest.skip(f"{dist} is not installed: the kernel cannot be compiled here")
+    code = (
+        "from sglang_fp32gemm.backends.cutedsl_mma import MmaConfig, compile_kernel\n"
+        f"compile_kernel(MmaConfig.parse({cfg.name!r}), {n}, {k})\n"
+    )
+    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path),
+               PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (ptx,) = tmp_path.glob("*.ptx")
+    return ptx.read_text()
+
+
+@pytest.mark.parametrize("cfg, n, k", [(MmaConfig(8, 8, 1, 4, True), 1024, 7168),
+                                       (MmaConfig(16, 4, 2, 8, False), 512, 7168),
+                                       (MmaConfig(8, 8, 1, 2, True, True), 2048, 7168),
+                                       (MmaConfig(16, 8, 1, 1, False, True), 1024, 4096)])
+def test_compiled_for_sm90_on_this_cpu_w_is_in_flight_before_the_wait_and_nothing_is_atomic(tmp_path, cfg, n, k):
+    ptx = _compile_and_read_ptx(tmp_path, cfg, n, k)
+    body = ptx[ptx.index(".entry"):]
+    steps, nt = cfg.chunks(k), cfg.max_m // 8
+    w_vectors = steps * 2 * cfg.rg
+    wait = body.index("griddepcontrol.wait")  # also the fence of the forms launched without PDL
+    loads = [mt.start() for mt in re.finditer(r"ld\.global[.a-z0-9]*\.v4", body)]
+    copies = [mt.start() for mt in re.finditer(r"cp\.async\.cg\.shared\.global", body)]
+    if cfg.staged:
+        assert len(copies) == w_vectors and max(copies) < wait
+        assert "cp.async.wait_group" in body[wait:]
+        assert len(loads) == steps * nt and min(loads) > wait     # x, after the wait
+    else:
+        assert not copies
+        assert len(loads) == w_vectors + steps * nt
+        assert sum(1 for p in loads if p < wait) == w_vectors      # every W vector first
+    assert len(re.findall(r"\bmma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32\b", body)) == \
+        steps * cfg.rg * nt * 2
+    assert not re.search(r"\b(atom|red)\.", body)  # partial sums meet in (distributed) shared memory only
+    clustered = cfg.cs > 1
+    assert ("barrier.cluster.arrive" in body) is clustered
+    assert ("ld.shared::cluster" in body) is clustered
+    assert ("griddepcontrol.launch_dependents" in body) is cfg.pdl

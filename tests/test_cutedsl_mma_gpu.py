@@ -1,0 +1,104 @@
+"""The ``cutedsl-mma`` kernel on an NVIDIA GPU (sm90+): fp32-exact at every M up to its tile, the same bits
+on every call, under graph capture on a side stream with PDL right after the kernel that writes its x.
+Skipped elsewhere."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sglang_fp32gemm.backends.cutedsl_mma import CuteDSLMmaBackend, MmaConfig
+from sglang_fp32gemm.exactness import measure, reference
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or getattr(torch.version, "hip", None) is not None,
+    reason="needs an NVIDIA GPU",
+)
+
+_BOUND: dict = {}
+
+
+def bound(cfg: MmaConfig, n: int, k: int):
+    b = CuteDSLMmaBackend()
+    ok, why = b.available()
+    if not ok:
+        pytest.skip(f"cutedsl-mma: {why}")
+    key = (cfg, n, k)
+    if key not in _BOUND:
+        _BOUND[key] = b.bind(cfg, torch.device("cuda"), n, k)
+    return _BOUND[key]
+
+
+def rnd(*shape):
+    return torch.randn(*shape, device="cuda").bfloat16()
+
+
+def poisoned_call(fn, x, w):
+    p = torch.full((x.shape[0], w.shape[0]), float("nan"), device="cuda")
+    del p  # the caching allocator hands the NaN block to the output: unwritten elements stay NaN
+    return fn(x, w)
+
+
+def check(out, x, w):
+    r = measure(out, reference(x, w))
+    assert r.finite and r.ok and r.rel_err <= 1e-5, r
+
+
+@pytest.mark.parametrize("n, k, every", [(1024, 7168, 1), (512, 7168, 3), (2560, 7168, 3), (1024, 4096, 4),
+                                         (2048, 5120, 4)])
+def test_candidates_are_exact_and_deterministic(n, k, every):
+    # Every form offered at M=8 and M=16 (at N=1024 K=7168; elsewhere every few), each run at M 1, 3, its
+    # largest M and one between.
+    b = CuteDSLMmaBackend()
+    cfgs = (b.candidates(8, n, k) + b.candidates(16, n, k))[::every]
+    assert len(cfgs) >= 4 and any(c.staged for c in cfgs) and any(not c.staged for c in cfgs)
+    w = rnd(n, k)
+    for cfg in cfgs:
+        fn = bound(cfg, n, k)
+        for mm in sorted({1, 3, cfg.max_m - 3, cfg.max_m}):
+            x = rnd(mm, k)
+            out = poisoned_call(fn, x, w)
+            check(out, x, w)
+            # A fixed summation order: the same bits again.
+            assert torch.equal(out, poisoned_call(fn, x, w)), (cfg.name, mm)
+
+
+def test_strided_and_misaligned_x():
+    cfg, n, k = MmaConfig(16, 8, 1, 4, True), 1024, 7168
+    fn = bound(cfg, n, k)
+    w = rnd(n, k)
+    base = rnd(16, k + 24)
+    for x in (base[:, :k], base[:, 8:8 + k], base[:5, 1:1 + k], base[:1, 3:3 + k], base[2:3, :k]):
+        check(poisoned_call(fn, x, w), x, w)
+
+
+def test_under_graph_replay_on_a_side_stream_with_pdl_after_the_kernel_that_writes_x():
+    cfg, n, k = MmaConfig(8, 8, 1, 4, True), 2048, 7168
+    fn = bound(cfg, n, k)
+    w = rnd(n, k)
+    src = rnd(6, k)
+    x = torch.empty_like(src)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            torch.mul(src, 2.0, out=x)
+            fn(x, w)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        torch.mul(src, 2.0, out=x)  # written right before the kernel reads it (PDL must wait for it)
+        out = fn(x, w)
+    for _ in range(5):
+        src.copy_(rnd(6, k))
+        g.replay()
+        torch.cuda.synchronize()
+        check(out, (src.float() * 2).bfloat16(), w)
+
+
+def test_a_misaligned_weight_raises_instead_of_loading_it_misaligned():
+    cfg, n, k = MmaConfig(8, 4, 1, 8), 512, 7168
+    fn = bound(cfg, n, k)
+    buf = rnd(n * k + 8)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        fn(rnd(1, k), buf[1:1 + n * k].view(n, k))
