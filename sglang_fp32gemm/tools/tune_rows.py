@@ -102,6 +102,6 @@ def cutedsl_compiles(rows: Iterable[TunedRow], grid: Iterable[int], libtype: str
     """Exact (M, N, K) the rows of ``libtype`` serve: one JIT compile each on first use."""
     grid = sorted(set(grid))
     buckets = grid_buckets(grid)
-    # The dot kernel (cutedsl_dot_*) compiles once per (N, K) at bind, not per M.
+    # Our own kernels (cutedsl_dot_*, cutedsl_mma_*) compile once per (N, K) at bind, not per M.
     return sum(len(buckets.get(r.M, [r.M])) for r in rows
                if r.libtype == libtype and r.kernelName.startswith("cutedsl_warpsplitk"))
