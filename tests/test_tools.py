@@ -32,6 +32,10 @@ class Cfg:
     name: str
     split_k: int = 2
 
+    @property
+    def pdl(self) -> bool:
+        return self.name.endswith("_pdl")
+
 
 class FakeBackend(Backend):
     """Configs named in ``speeds``: {name: us}; behaviours by name prefix.
@@ -352,6 +356,26 @@ def test_rank_chain_orders_the_finalists_by_what_they_add_to_the_serial_chain(tm
     assert chain == ({} if rank == "isolated" else {"plain_a": (9.0, 4.0), "plain_b": (3.0, 5.0), "plain_c": (7.0, 6.0)})
     with pytest.raises(ValueError, match="one of isolated, chain, region"):
         tuner.Tuner([f.backend], torch.device("cpu"), f.timer, log, rank="fastest")
+
+
+@pytest.mark.parametrize("rank", ["isolated", "chain"])
+def test_ranked_where_sglang_runs_it_each_backends_best_form_with_and_without_pdl_is_a_finalist(tmp_path, rank):
+    """Alone, one backend's three PDL forms are fastest (replayed back to back, a PDL form overlaps its own
+    launch); in the chain they add the most. With top=2, ranked in the chain the finalists still hold each
+    backend's fastest form with and without PDL, and the plain form wins; ranked alone, only the top 2."""
+    f = CostedFakes()
+    f.COST = {"a_pdl": 9.0, "b_pdl": 9.0, "c_pdl": 9.0, "plain": 3.0, "o_pdl": 8.0, "o_plain": 6.0}
+    fast = type(f.backend)("fast", "triton", {"a_pdl": 1.0, "b_pdl": 1.1, "c_pdl": 1.2, "plain": 4.0})
+    other = type(f.backend)("other", "cutedsl", {"o_pdl": 2.0, "o_plain": 5.0})
+    log = common.JsonLog(str(tmp_path / "log.jsonl"))
+    t = tuner.Tuner([fast, other], torch.device("cpu"), f.timer, log, top=2, rank=rank, torch_fn=f.torch_fn)
+    r = t.shape(8, 32, 64, [8], tuner.gather_candidates([fast, other], 8, 32, 64, [8], {}, log))
+    final = {x["kernel"] for x in log_lines(tmp_path / "log.jsonl") if x.get("phase") == "final" and "kernel" in x}
+    if rank == "isolated":
+        assert (r.fast.kernel, final) == ("a_pdl", {"a_pdl", "b_pdl"})
+    else:
+        assert (r.fast.kernel, r.fast.us) == ("plain", 3.0)
+        assert final == {"a_pdl", "b_pdl", "plain", "o_pdl", "o_plain"}
 
 
 @pytest.mark.parametrize("m,rank,schedule", [(8, "region", "overlapped"), (96, "region", "serial"),

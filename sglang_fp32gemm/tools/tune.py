@@ -33,7 +33,9 @@ rounds up). --no-pin-torch writes no torch rows.
 
 Ranking: the --top finalists of each table are re-timed with more replays
 and ordered by that time (--rank isolated), or by what each call adds where
-SGLang runs it: --rank region times them in the model of SGLang's decode
+SGLang runs it (then each backend's fastest form with PDL and without join
+the finalists: replayed alone, a PDL form overlaps its own launch, which it
+cannot there): --rank region times them in the model of SGLang's decode
 region (tools/region.py) of the model that has the shape (V4-Pro at K=7168,
 V4-Flash at K=4096; N 512/1024/2048), overlapped on SGLang's side streams up
 to its multi-stream limit (M <= 64 on Hopper), serial above; --rank chain

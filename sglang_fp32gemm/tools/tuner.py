@@ -253,6 +253,14 @@ class Tuner:
             for r in screened:
                 by_split.setdefault(common.split_k_of(r[1].cfg), r)
             finalists += [by_split[sk] for sk in sorted(by_split)[:self.top]]
+        if self.rank != "isolated":
+            # Replayed back to back alone, a PDL form overlaps its own previous launch, which it cannot
+            # where SGLang runs it (run 17c: PDL forms of one backend filled every final place, and
+            # lost there): offer each backend's fastest form with and without PDL too.
+            by_kind: dict[tuple[str, bool], tuple] = {}
+            for r in screened:
+                by_kind.setdefault((r[1].backend.name, bool(getattr(r[1].cfg, "pdl", False))), r)
+            finalists += list(by_kind.values())
         seen, final = set(), []
         self.budget.check()
         torch_us = self.timer.per_call(self.torch_fn, x, weights, replays=self.final_replays)
