@@ -271,3 +271,63 @@ def run_python(script: str, *args: str, timeout: float = 240, env: dict | None =
     """Run ``script`` (source text) in a fresh interpreter of this venv."""
     return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
                           timeout=timeout, env=env or subprocess_env(), cwd=cwd or str(REPO_ROOT))
+
+
+def cutedsl_ptx(tmp_path: Path, module: str, config_class: str, kernel_name: str, n: int, k: int) -> str:
+    """The PTX of ``module.compile_kernel(config_class.parse(kernel_name), n, k)``, compiled for sm_90a on this
+    CPU in a child process (the CuTe DSL's MLIR libraries must stay out of the pytest worker: FlyDSL's compile
+    tests load their own there); skips where the CuTe DSL or TVM-FFI is not installed (looked up, not imported)."""
+    import importlib.util
+
+    for mod, dist in (("cutlass", "nvidia-cutlass-dsl"), ("tvm_ffi", "apache-tvm-ffi")):
+        if importlib.util.find_spec(mod) is None:
+            pytest.skip(f"{dist} is not installed: the kernel cannot be compiled here")
+    code = (f"from {module} import {config_class}, compile_kernel\n"
+            f"compile_kernel({config_class}.parse({kernel_name!r}), {n}, {k})\n")
+    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path),
+               PYTHONPATH=str(REPO_ROOT))
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (ptx,) = tmp_path.glob("*.ptx")
+    return ptx.read_text()
+
+
+_CUTEDSL_BOUND: dict = {}
+
+
+def cutedsl_bound(backend: Any, cfg: Any, n: int, k: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``backend.bind(cfg, cuda, n, k)``, once per test process (compiling takes a while); skips, saying why,
+    where the backend is not available."""
+    ok, why = backend.available()
+    if not ok:
+        pytest.skip(f"{backend.name}: {why}")
+    key = (backend.name, cfg, n, k)
+    if key not in _CUTEDSL_BOUND:
+        _CUTEDSL_BOUND[key] = backend.bind(cfg, torch.device("cuda"), n, k)
+    return _CUTEDSL_BOUND[key]
+
+
+def replays_after_the_writer(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], w: torch.Tensor, m: int,
+                             replays: int = 5):
+    """Yields (out, x) after each replay of one CUDA graph captured on a side stream: x = 2 x src, then
+    out = fn(x, w), so the kernel starts right after the kernel that writes its x (a PDL launch must wait
+    for it); src is fresh random before each replay."""
+    k = w.shape[1]
+    src = torch.randn(m, k, device="cuda").bfloat16()
+    x = torch.empty_like(src)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            torch.mul(src, 2.0, out=x)
+            fn(x, w)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        torch.mul(src, 2.0, out=x)
+        out = fn(x, w)
+    for _ in range(replays):
+        src.copy_(torch.randn(m, k, device="cuda").bfloat16())
+        g.replay()
+        torch.cuda.synchronize()
+        yield out, (src.float() * 2).bfloat16()

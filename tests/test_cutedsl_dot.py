@@ -9,22 +9,17 @@ its PTX read for what the design promises.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from conftest import cutedsl_ptx
 from sglang_fp32gemm import exactness
 from sglang_fp32gemm.backends import all_backends, default_backends, parsers
 from sglang_fp32gemm.backends.cutedsl_dot import MAX_W_VECTORS, CuteDSLDotBackend, DotConfig
 from sglang_fp32gemm.backends.cutedsl_warp import CuteDSLWarpBackend
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("cfg", [DotConfig(1, 128, 2, True), DotConfig(4, 64, 1), DotConfig(2, 256, 4, False)])
@@ -101,21 +96,7 @@ def test_the_order_reference_is_an_exact_fp32_product():
 
 
 def _compile_and_read_ptx(tmp_path: Path, cfg: DotConfig, n: int, k: int) -> str:
-    # Looked up, not imported: the CuTe DSL's MLIR libraries must stay out of this process (FlyDSL's
-    # compile tests load their own MLIR in the same pytest worker).
-    for mod, dist in (("cutlass", "nvidia-cutlass-dsl"), ("tvm_ffi", "apache-tvm-ffi")):
-        if importlib.util.find_spec(mod) is None:
-            pytest.skip(f"{dist} is not installed: the kernel cannot be compiled here")
-    code = (
-        "from sglang_fp32gemm.backends.cutedsl_dot import DotConfig, compile_kernel\n"
-        f"compile_kernel(DotConfig.parse({cfg.name!r}), {n}, {k})\n"
-    )
-    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path),
-               PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    (ptx,) = tmp_path.glob("*.ptx")
-    return ptx.read_text()
+    return cutedsl_ptx(tmp_path, "sglang_fp32gemm.backends.cutedsl_dot", "DotConfig", cfg.name, n, k)
 
 
 @pytest.mark.parametrize("cfg, n, k", [(DotConfig(4, 128, 2, True), 512, 7168),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import cutedsl_bound, replays_after_the_writer
 from sglang_fp32gemm.backends.cutedsl_dot import CuteDSLDotBackend, DotConfig, order_reference
 from sglang_fp32gemm.exactness import measure, reference
 
@@ -14,18 +15,9 @@ pytestmark = pytest.mark.skipif(
     reason="needs an NVIDIA GPU",
 )
 
-_BOUND: dict = {}
-
 
 def bound(cfg: DotConfig, n: int, k: int):
-    b = CuteDSLDotBackend()
-    ok, why = b.available()
-    if not ok:
-        pytest.skip(f"cutedsl-dot: {why}")
-    key = (cfg, n, k)
-    if key not in _BOUND:
-        _BOUND[key] = b.bind(cfg, torch.device("cuda"), n, k)
-    return _BOUND[key]
+    return cutedsl_bound(CuteDSLDotBackend(), cfg, n, k)
 
 
 def rnd(*shape):
@@ -66,26 +58,9 @@ def test_strided_and_misaligned_x():
 
 def test_under_graph_replay_on_a_side_stream_with_pdl_after_the_kernel_that_writes_x():
     cfg, n, k = DotConfig(2, 128, 2, True), 2048, 7168
-    fn = bound(cfg, n, k)
     w = rnd(n, k)
-    src = rnd(2, k)
-    x = torch.empty_like(src)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            torch.mul(src, 2.0, out=x)
-            fn(x, w)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        torch.mul(src, 2.0, out=x)  # written right before the kernel reads it (PDL must wait for it)
-        out = fn(x, w)
-    for _ in range(5):
-        src.copy_(rnd(2, k))
-        g.replay()
-        torch.cuda.synchronize()
-        check(out, (src.float() * 2).bfloat16(), w, cfg.threads)
+    for out, x in replays_after_the_writer(bound(cfg, n, k), w, 2):
+        check(out, x, w, cfg.threads)
 
 
 def test_a_misaligned_weight_raises_instead_of_loading_it_misaligned():

@@ -7,19 +7,14 @@ tests skip, saying so, where it is not installed), its PTX read for what the des
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import cutedsl_ptx
 from sglang_fp32gemm.backends import default_backends, parsers
 from sglang_fp32gemm.backends.cutedsl_mma import MAX_STAGE_BYTES, MAX_VECTORS, CuteDSLMmaBackend, MmaConfig
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("cfg", [MmaConfig(8, 8, 1, 2, True), MmaConfig(16, 4, 2, 8), MmaConfig(8, 2, 1, 4, False, True),
@@ -89,21 +84,7 @@ def test_candidates_only_at_m_3_to_16_and_every_one_takes_the_shape():
 
 
 def _compile_and_read_ptx(tmp_path: Path, cfg: MmaConfig, n: int, k: int) -> str:
-    # Looked up, not imported: the CuTe DSL's MLIR libraries must stay out of this process (FlyDSL's
-    # compile tests load their own MLIR in the same pytest worker).
-    for mod, dist in (("cutlass", "nvidia-cutlass-dsl"), ("tvm_ffi", "apache-tvm-ffi")):
-        if importlib.util.find_spec(mod) is None:
-            pytest.skip(f"{dist} is not installed: the kernel cannot be compiled here")
-    code = (
-        "from sglang_fp32gemm.backends.cutedsl_mma import MmaConfig, compile_kernel\n"
-        f"compile_kernel(MmaConfig.parse({cfg.name!r}), {n}, {k})\n"
-    )
-    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path),
-               PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    (ptx,) = tmp_path.glob("*.ptx")
-    return ptx.read_text()
+    return cutedsl_ptx(tmp_path, "sglang_fp32gemm.backends.cutedsl_mma", "MmaConfig", cfg.name, n, k)
 
 
 @pytest.mark.parametrize("cfg, n, k", [(MmaConfig(8, 8, 1, 4, True), 1024, 7168),

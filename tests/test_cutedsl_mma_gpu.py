@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import cutedsl_bound, replays_after_the_writer
 from sglang_fp32gemm.backends.cutedsl_mma import CuteDSLMmaBackend, MmaConfig
 from sglang_fp32gemm.exactness import measure, reference
 
@@ -15,18 +16,9 @@ pytestmark = pytest.mark.skipif(
     reason="needs an NVIDIA GPU",
 )
 
-_BOUND: dict = {}
-
 
 def bound(cfg: MmaConfig, n: int, k: int):
-    b = CuteDSLMmaBackend()
-    ok, why = b.available()
-    if not ok:
-        pytest.skip(f"cutedsl-mma: {why}")
-    key = (cfg, n, k)
-    if key not in _BOUND:
-        _BOUND[key] = b.bind(cfg, torch.device("cuda"), n, k)
-    return _BOUND[key]
+    return cutedsl_bound(CuteDSLMmaBackend(), cfg, n, k)
 
 
 def rnd(*shape):
@@ -74,26 +66,9 @@ def test_strided_and_misaligned_x():
 
 def test_under_graph_replay_on_a_side_stream_with_pdl_after_the_kernel_that_writes_x():
     cfg, n, k = MmaConfig(8, 8, 1, 4, True), 2048, 7168
-    fn = bound(cfg, n, k)
     w = rnd(n, k)
-    src = rnd(6, k)
-    x = torch.empty_like(src)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            torch.mul(src, 2.0, out=x)
-            fn(x, w)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        torch.mul(src, 2.0, out=x)  # written right before the kernel reads it (PDL must wait for it)
-        out = fn(x, w)
-    for _ in range(5):
-        src.copy_(rnd(6, k))
-        g.replay()
-        torch.cuda.synchronize()
-        check(out, (src.float() * 2).bfloat16(), w)
+    for out, x in replays_after_the_writer(bound(cfg, n, k), w, 6):
+        check(out, x, w)
 
 
 def test_a_misaligned_weight_raises_instead_of_loading_it_misaligned():
