@@ -17,8 +17,8 @@ from sglang_fp32gemm.backends import default_backends, parsers
 from sglang_fp32gemm.backends.cutedsl_mma import MAX_STAGE_BYTES, MAX_VECTORS, CuteDSLMmaBackend, MmaConfig
 
 
-@pytest.mark.parametrize("cfg", [MmaConfig(8, 8, 1, 2, True), MmaConfig(16, 4, 2, 8), MmaConfig(8, 2, 1, 4, False, True),
-                                 MmaConfig(16, 8, 1, 1, True, True)])
+@pytest.mark.parametrize("cfg", [MmaConfig(8, 8, 1, 2, True), MmaConfig(16, 4, 2, 8),
+                                 MmaConfig(8, 2, 1, 4, False, True), MmaConfig(16, 8, 1, 1, True, True)])
 def test_names_round_trip(cfg):
     assert MmaConfig.parse(cfg.name) == cfg
     assert CuteDSLMmaBackend().kernel_name(cfg) == cfg.name

@@ -66,35 +66,23 @@ class MmaKernel:
             use_pdl=self.pdl,
         )
 
-    @cute.kernel
-    def kernel(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor):
-        tid, _, _ = cute.arch.thread_idx()
-        rank, tile_idx, _ = cute.arch.block_idx()   # the cluster spans grid x: rank == block x
-        warps, rg, nt, cs, chunks = self.warps, self.rg, self.nt, self.cs, self.chunks
-        lane = tid % 32
-        warp = tid // 32
-        g = lane // 4
-        c = lane % 4
-        m_run = x.shape[0]
-        row0 = tile_idx * (16 * rg)
+    # -- the phases of ``kernel``: plain Python, traced inline (so range, not range_constexpr) --------
+    def vector(self, rank, warp, c, i):
+        """Index of the 8-K vector lane column ``c`` of ``warp`` reads at its step ``i``: step i of a warp
+        covers K [32 q, 32 q + 32), q = (rank x chunks + i) x warps + warp; column c reads 8 K at 32 q + 8 c."""
+        return ((rank * self.chunks + i) * self.warps + warp) * 4 + c
 
-        # 1. Every W vector of this thread in flight before anything waits: into registers, or
-        #    (``staged``) by cp.async into this thread's own slots of shared memory, which hold more.
-        #    Chunk i of this warp covers K [32 q, 32 q + 32), q = (rank x chunks + i) x warps + warp;
-        #    lane (g, c) reads 8 K at 32 q + 8 c of rows g and g + 8 of each 16-row group.
-        smem = cutlass.memory.SmemAllocator()
-        threads = warps * 32
-        if const_expr(self.staged):
-            stage = smem.allocate_tensor(cutlass.Int32, cute.make_layout((4, threads, self.wvecs),
-                                                                         stride=(1, 4, 4 * threads)),
-                                         byte_alignment=16)
+    def issue_w(self, w, stage, tid, rank, warp, g, c, row0):
+        """Every W vector of this thread in flight: into registers, or (``stage``) by cp.async into this
+        thread's own slots of shared memory, which hold more. Lane (g, c) reads rows g and g + 8 of each
+        16-row group. Returns the vectors (register tensors, or the slots), in (step, group, half) order."""
         wr = []
-        for i in cutlass.range_constexpr(chunks):
-            v = ((rank * chunks + i) * warps + warp) * 4 + c     # index of the 8-K vector
-            for r in cutlass.range_constexpr(rg):
-                for h in cutlass.range_constexpr(2):
+        for i in range(self.chunks):
+            v = self.vector(rank, warp, c, i)
+            for r in range(self.rg):
+                for h in range(2):
                     src = cute.zipped_divide(w[row0 + 16 * r + 8 * h + g, None], (8,))[None, v]
-                    if const_expr(self.staged):
+                    if stage is not None:
                         mine = stage[None, tid, len(wr)]
                         cute.arch.inline_ptx(_CP_ASYNC, read_only_args=[mine.iterator.toint(),
                                                                         src.iterator.toint()])
@@ -103,25 +91,77 @@ class MmaKernel:
                         dst = cute.make_rmem_tensor_like(src)
                         cute.autovec_copy(src, dst)
                         wr.append(cute.recast_tensor(dst, cutlass.Int32))
-        if const_expr(self.staged):
+        if stage is not None:
             cute.arch.cp_async_commit_group()
+        return wr
+
+    def load_x(self, x, rank, warp, g, c):
+        """Every x vector of this thread, before any MMA, in (step, n-tile) order. A row past M reads row
+        M - 1 instead (no branch, so the loads issue together): its MMA column is computed, never written."""
+        m_run = x.shape[0]
+        xr = []
+        for i in range(self.chunks):
+            v = self.vector(rank, warp, c, i)
+            for t in range(self.nt):
+                src = cute.zipped_divide(x[cutlass.min(g + 8 * t, m_run - 1), None], (8,))[None, v]
+                dst = cute.make_rmem_tensor_like(src)
+                cute.autovec_copy(src, dst)
+                xr.append(cute.recast_tensor(dst, cutlass.Int32))
+        return xr
+
+    def multiply(self, wr, xr):
+        """The thread's accumulators: words 2j, 2j + 1 of each vector feed MMA j (K 4j..4j+3 of the 8), the
+        same permutation on both sides; accumulator s = (r x nt + t) x 4 + f is the MMA's D fragment f of
+        row group r and n-tile t."""
+        rg, nt = self.rg, self.nt
+        acc = cute.make_rmem_tensor((self.slots,), cutlass.Float32)
+        acc.fill(0.0)
+        for i in range(self.chunks):
+            for j in range(2):
+                for r in range(rg):
+                    lo = wr[(i * rg + r) * 2]
+                    hi = wr[(i * rg + r) * 2 + 1]
+                    for t in range(nt):
+                        xv = xr[i * nt + t]
+                        s = (r * nt + t) * 4
+                        d = cute.arch.inline_ptx(
+                            _MMA,
+                            write_only_types=[cutlass.Float32] * 4,
+                            read_only_args=[lo[2 * j], hi[2 * j], lo[2 * j + 1], hi[2 * j + 1],
+                                            xv[2 * j], xv[2 * j + 1],
+                                            acc[s], acc[s + 1], acc[s + 2], acc[s + 3]],
+                        )
+                        for e in range(4):
+                            acc[s + e] = d[e]
+        return acc
+
+    @cute.kernel
+    def kernel(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor):
+        tid, _, _ = cute.arch.thread_idx()
+        rank, tile_idx, _ = cute.arch.block_idx()   # the cluster spans grid x: rank == block x
+        warps, nt, cs = self.warps, self.nt, self.cs
+        threads = warps * 32
+        lane = tid % 32
+        warp = tid // 32
+        g = lane // 4
+        c = lane % 4
+        m_run = x.shape[0]
+        row0 = tile_idx * (16 * self.rg)
+        smem = cutlass.memory.SmemAllocator()
+
+        # 1. W first: it does not depend on the kernel before this one.
+        stage = None
+        if const_expr(self.staged):
+            stage = smem.allocate_tensor(cutlass.Int32, cute.make_layout((4, threads, self.wvecs),
+                                                                         stride=(1, 4, 4 * threads)),
+                                         byte_alignment=16)
+        wr = self.issue_w(w, stage, tid, rank, warp, g, c, row0)
 
         # 2. x is written by the kernel before this one. The wait also stops the compiler from
         #    sinking W loads below it (where register pressure would put them, each next to its
         #    MMA, so their latencies add up); launched without PDL it returns at once.
         cute.arch.griddepcontrol_wait()
-
-        # Every x vector next, before any MMA. A row past M reads row M - 1 instead (no branch, so the
-        # loads issue together): its MMA column is computed and never written.
-        xr = []
-        for i in cutlass.range_constexpr(chunks):
-            v = ((rank * chunks + i) * warps + warp) * 4 + c
-            for t in cutlass.range_constexpr(nt):
-                src = cute.zipped_divide(x[cutlass.min(g + 8 * t, m_run - 1), None], (8,))[None, v]
-                dst = cute.make_rmem_tensor_like(src)
-                cute.autovec_copy(src, dst)
-                xr.append(cute.recast_tensor(dst, cutlass.Int32))
-
+        xr = self.load_x(x, rank, warp, g, c)
         if const_expr(self.staged):
             # A thread reads back only its own slots: waiting for its own copies is enough.
             cute.arch.cp_async_wait_group(0)
@@ -131,28 +171,7 @@ class MmaKernel:
                 dst = cute.make_rmem_tensor((4,), cutlass.Int32)
                 cute.autovec_copy(mine, dst)
                 wr.append(dst)
-
-        acc = cute.make_rmem_tensor((self.slots,), cutlass.Float32)
-        acc.fill(0.0)
-        for i in cutlass.range_constexpr(chunks):
-            xs = [xr[i * nt + t] for t in range(nt)]
-            # Words 2j, 2j + 1 of each vector feed MMA j (K 4j..4j+3 of the 8): the same
-            # permutation on both sides.
-            for j in cutlass.range_constexpr(2):
-                for r in cutlass.range_constexpr(rg):
-                    lo = wr[(i * rg + r) * 2]
-                    hi = wr[(i * rg + r) * 2 + 1]
-                    for t in cutlass.range_constexpr(nt):
-                        s = (r * nt + t) * 4
-                        d = cute.arch.inline_ptx(
-                            _MMA,
-                            write_only_types=[cutlass.Float32] * 4,
-                            read_only_args=[lo[2 * j], hi[2 * j], lo[2 * j + 1], hi[2 * j + 1],
-                                            xs[t][2 * j], xs[t][2 * j + 1],
-                                            acc[s], acc[s + 1], acc[s + 2], acc[s + 3]],
-                        )
-                        for e in cutlass.range_constexpr(4):
-                            acc[s + e] = d[e]
+        acc = self.multiply(wr, xr)
 
         if const_expr(self.pdl):
             # Dependents still wait for this whole grid before they read out.
