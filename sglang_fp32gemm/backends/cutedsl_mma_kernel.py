@@ -11,9 +11,10 @@ kernel runs out of CUDA-core throughput and re-reads x once per W row:
 - A thread loads 16 bytes (8 consecutive K) of a W row straight into the
   registers the MMA reads. The MMA's K order is a permutation of the
   physical K; x is loaded with the same permutation, so the products pair
-  up. Every W load of a thread is issued before anything waits; with PDL
-  before ``griddepcontrol.wait`` (W does not depend on the kernel before),
-  x after it; without PDL the wait stays, as a fence that keeps the loads
+  up. Every W load of a thread (into registers, or with ``staged`` by
+  cp.async into its own slots of shared memory) is issued before
+  ``griddepcontrol.wait`` (W does not depend on the kernel before), x after
+  it; launched without PDL the wait stays, as a fence that keeps the loads
   issued together.
 - K is split over the warps of a CTA (interleaved 32 K at a time, so the
   CTA reads long runs of each row) and over the ``cs`` CTAs of a cluster.

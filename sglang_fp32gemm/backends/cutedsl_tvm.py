@@ -1,4 +1,4 @@
-"""What our CuTe-DSL backends (``cutedsl-dot``, ``cutedsl-mma``) share: availability, and ``bind``.
+"""What our CuTe-DSL backends (``cutedsl-dot``, ``cutedsl-mma``) share: availability, the compile, ``bind``.
 
 Each compiles one form per (config, device, N, K) in ``bind``, on fake tensors
 (M symbolic), with ``--enable-tvm-ffi``: a call passes the torch tensors and
