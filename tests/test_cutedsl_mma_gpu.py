@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import cutedsl_bound, replays_after_the_writer
+from conftest import cutedsl_bound, poisoned_call, replays_after_the_writer
 from sglang_fp32gemm.backends.cutedsl_mma import CuteDSLMmaBackend, MmaConfig
 from sglang_fp32gemm.exactness import measure, reference
 
@@ -23,12 +23,6 @@ def bound(cfg: MmaConfig, n: int, k: int):
 
 def rnd(*shape):
     return torch.randn(*shape, device="cuda").bfloat16()
-
-
-def poisoned_call(fn, x, w):
-    p = torch.full((x.shape[0], w.shape[0]), float("nan"), device="cuda")
-    del p  # the caching allocator hands the NaN block to the output: unwritten elements stay NaN
-    return fn(x, w)
 
 
 def check(out, x, w):
