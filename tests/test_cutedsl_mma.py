@@ -1,4 +1,4 @@
-"""The ``cutedsl-mma`` backend (our CuTe-DSL tensor-core split-K kernel, M <= 16) on CPU.
+"""The ``cutedsl-mma`` backend (our CuTe-DSL tensor-core split-K kernel, M <= 32) on CPU.
 
 The kernel runs only on an sm90+ GPU (tests/test_cutedsl_mma_gpu.py). Here: names and shape rules, the
 candidates, and the kernel compiled for sm_90a on this CPU (nvidia-cutlass-dsl compiles without a GPU; the
@@ -18,7 +18,8 @@ from sglang_fp32gemm.backends.cutedsl_mma import MAX_STAGE_BYTES, MAX_VECTORS, C
 
 
 @pytest.mark.parametrize("cfg", [MmaConfig(8, 8, 1, 2, True), MmaConfig(16, 4, 2, 8),
-                                 MmaConfig(8, 2, 1, 4, False, True), MmaConfig(16, 8, 1, 1, True, True)])
+                                 MmaConfig(8, 2, 1, 4, False, True), MmaConfig(16, 8, 1, 1, True, True),
+                                 MmaConfig(32, 4, 2, 8, True, True)])
 def test_names_round_trip(cfg):
     assert MmaConfig.parse(cfg.name) == cfg
     assert CuteDSLMmaBackend().kernel_name(cfg) == cfg.name
@@ -26,6 +27,7 @@ def test_names_round_trip(cfg):
 
 @pytest.mark.parametrize("name, why", [
     ("cutedsl_mma_m4_w8_r1_c2", "max_m=4"),
+    ("cutedsl_mma_m64_w8_r1_c4", "max_m=64"),
     ("cutedsl_mma_m8_w3_r1_c2", "warps=3"),
     ("cutedsl_mma_m8_w8_r4_c2", "row groups=4"),
     ("cutedsl_mma_m8_w8_r1_c16", "cluster=16"),
@@ -61,20 +63,26 @@ def test_each_cutedsl_name_has_exactly_one_backend():
     (MmaConfig(8, 4, 1, 2, staged=True), 8, 1024, 7168, True),    # 114688 bytes staged
     (MmaConfig(16, 8, 1, 2), 16, 1024, 7168, False),    # 14 steps x (2 + 2) vectors
     (MmaConfig(16, 8, 1, 2, staged=True), 16, 1024, 7168, True),
+    (MmaConfig(32, 8, 1, 4), 32, 1024, 7168, True),     # 7 steps x (4 + 2) vectors
+    (MmaConfig(32, 8, 1, 4), 33, 1024, 7168, False),
+    (MmaConfig(32, 8, 2, 4), 32, 1024, 7168, False),    # 7 steps x (4 + 4) vectors
+    (MmaConfig(32, 8, 2, 4, staged=True), 32, 1024, 7168, True),
+    (MmaConfig(32, 8, 1, 2, staged=True), 32, 1024, 7168, False),  # 14 steps x 4 x vectors
 ])
 def test_shape_rules(cfg, m, n, k, ok):
     assert CuteDSLMmaBackend().supports(cfg, m, n, k)[0] is ok
 
 
-def test_candidates_only_at_m_3_to_16_and_every_one_takes_the_shape():
+def test_candidates_only_at_m_3_to_32_and_every_one_takes_the_shape():
     b = CuteDSLMmaBackend()
     for k in (7168, 4096, 5120):
         for n in (512, 1024, 2048, 2560):
-            for m in (1, 2, 3, 4, 8, 9, 16, 17):
+            for m in (1, 2, 3, 4, 8, 9, 16, 17, 32, 33):
                 cands = b.candidates(m, n, k)
-                assert bool(cands) == (3 <= m <= 16), (m, n, k)
+                assert bool(cands) == (3 <= m <= 32), (m, n, k)
                 for c in cands:
-                    assert c.max_m == (8 if m <= 8 else 16) and b.supports(c, m, n, k)[0], (c, m, n, k)
+                    assert c.max_m == (8 if m <= 8 else 16 if m <= 16 else 32), (c, m)
+                    assert b.supports(c, m, n, k)[0], (c, m, n, k)
                     steps = c.chunks(k)
                     assert steps * (c.max_m // 8 + (0 if c.staged else 2 * c.rg)) <= MAX_VECTORS
                     assert not c.staged or steps * 2 * c.rg * 16 * 32 * c.warps <= MAX_STAGE_BYTES
@@ -90,7 +98,9 @@ def _compile_and_read_ptx(tmp_path: Path, cfg: MmaConfig, n: int, k: int) -> str
 @pytest.mark.parametrize("cfg, n, k", [(MmaConfig(8, 8, 1, 4, True), 1024, 7168),
                                        (MmaConfig(16, 4, 2, 8, False), 512, 7168),
                                        (MmaConfig(8, 8, 1, 2, True, True), 2048, 7168),
-                                       (MmaConfig(16, 8, 1, 1, False, True), 1024, 4096)])
+                                       (MmaConfig(16, 8, 1, 1, False, True), 1024, 4096),
+                                       (MmaConfig(32, 8, 1, 4, True), 1024, 7168),
+                                       (MmaConfig(32, 4, 2, 8, False, True), 2560, 7168)])
 def test_compiled_for_sm90_on_this_cpu_w_is_in_flight_before_the_wait_and_nothing_is_atomic(tmp_path, cfg, n, k):
     ptx = _compile_and_read_ptx(tmp_path, cfg, n, k)
     body = ptx[ptx.index(".entry"):]

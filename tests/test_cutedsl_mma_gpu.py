@@ -33,11 +33,12 @@ def check(out, x, w):
 @pytest.mark.parametrize("n, k, every", [(1024, 7168, 1), (512, 7168, 3), (2560, 7168, 3), (1024, 4096, 4),
                                          (2048, 5120, 4)])
 def test_candidates_are_exact_and_deterministic(n, k, every):
-    # Every form offered at M=8 and M=16 (at N=1024 K=7168; elsewhere every few), each run at M 1, 3, its
+    # Every form offered at M 8, 16 and 32 (at N=1024 K=7168; elsewhere every few), each run at M 1, 3, its
     # largest M and one between.
     b = CuteDSLMmaBackend()
-    cfgs = (b.candidates(8, n, k) + b.candidates(16, n, k))[::every]
+    cfgs = (b.candidates(8, n, k) + b.candidates(16, n, k) + b.candidates(32, n, k))[::every]
     assert len(cfgs) >= 4 and any(c.staged for c in cfgs) and any(not c.staged for c in cfgs)
+    assert any(c.max_m == 32 for c in cfgs)
     w = rnd(n, k)
     for cfg in cfgs:
         fn = bound(cfg, n, k)

@@ -1,4 +1,4 @@
-"""NVIDIA backend ``cutedsl-mma``: our CuTe-DSL tensor-core split-K kernel for M <= 16 (``cutedsl_mma_kernel.py``).
+"""NVIDIA backend ``cutedsl-mma``: our CuTe-DSL tensor-core split-K kernel for M <= 32 (``cutedsl_mma_kernel.py``).
 
 Swap-AB ``mma.sync`` with K split over a CTA's warps and a cluster's CTAs,
 reduced through shared and distributed shared memory in a fixed order; what
@@ -17,11 +17,12 @@ from typing import Any
 from sglang_fp32gemm.backends.base import OK, Verdict, file_source_tag, sm90_or_later
 from sglang_fp32gemm.backends.cutedsl_tvm import TvmFfiBackend, compile_form
 
-MAX_M = 16                # two n8 tiles of x rows
+MAX_M = 32                # four n8 tiles of x rows
+TILES = (8, 16, 32)       # the rows of x a form holds: 1, 2 or 4 n8 tiles
 WARPS = (2, 4, 8)
 ROW_GROUPS = (1, 2)       # 16-row groups of W a CTA owns
 CLUSTERS = (1, 2, 4, 8)   # CTAs along K (8: the portable cluster limit)
-_FORM = "cutedsl_mma_m<8|16>_w<WARPS>_r<ROW_GROUPS>_c<CLUSTER>[_s][_pdl]"
+_FORM = "cutedsl_mma_m<8|16|32>_w<WARPS>_r<ROW_GROUPS>_c<CLUSTER>[_s][_pdl]"
 _NAME_RE = re.compile(r"^cutedsl_mma_m(?P<m>\d+)_w(?P<w>\d+)_r(?P<r>\d+)_c(?P<c>\d+)(?P<s>_s)?(?P<pdl>_pdl)?$")
 # 16-byte vectors a thread keeps in registers (W unless staged, and x): 4 registers each.
 MAX_VECTORS = 48
@@ -41,8 +42,8 @@ class MmaConfig:
     staged: bool = False  # W through shared memory (cp.async) instead of registers
 
     def __post_init__(self) -> None:
-        if self.max_m not in (8, 16):
-            raise ValueError(f"max_m={self.max_m}: must be 8 or 16")
+        if self.max_m not in TILES:
+            raise ValueError(f"max_m={self.max_m}: must be one of {TILES}")
         if self.warps not in WARPS:
             raise ValueError(f"warps={self.warps}: must be one of {WARPS}")
         if self.rg not in ROW_GROUPS:
@@ -92,7 +93,7 @@ def compile_kernel(cfg: MmaConfig, n: int, k: int) -> Any:
 
 
 class CuteDSLMmaBackend(TvmFfiBackend):
-    """Our CuTe-DSL tensor-core split-K kernel (M <= 16); serves ``cutedsl`` rows of its name form."""
+    """Our CuTe-DSL tensor-core split-K kernel (M <= 32); serves ``cutedsl`` rows of its name form."""
 
     name = "cutedsl-mma"
 
@@ -106,12 +107,12 @@ class CuteDSLMmaBackend(TvmFfiBackend):
         return compile_kernel(cfg, n, k)
 
     def candidates(self, m: int, n: int, k: int) -> list[MmaConfig]:
-        """At M 3..16: every warp count, row-group count and cluster size that tiles the shape, the
+        """At M 3..32: every warp count, row-group count and cluster size that tiles the shape, the
         smallest n8 tile count that holds M, W in registers or staged; with and without PDL on sm90
         and later."""
         if not 3 <= m <= MAX_M:
             return []
-        max_m = 8 if m <= 8 else 16
+        max_m = next(t for t in TILES if m <= t)
         out = []
         for pdl in ((False, True) if sm90_or_later() else (False,)):
             for warps in WARPS:

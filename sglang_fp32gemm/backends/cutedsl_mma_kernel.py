@@ -1,8 +1,8 @@
-"""The CuTe-DSL kernel of the ``cutedsl-mma`` backend: out[M, N] fp32 = x[M, K] @ w[N, K]^T for M <= 16.
+"""The CuTe-DSL kernel of the ``cutedsl-mma`` backend: out[M, N] fp32 = x[M, K] @ w[N, K]^T for M <= 32.
 
 Imported only when the backend binds a kernel (cutlass is imported lazily).
 
-Swap-AB tensor-core split-K for decode (M 4-16), where the dot-product
+Swap-AB tensor-core split-K for decode (M 4-32), where the dot-product
 kernel runs out of CUDA-core throughput and re-reads x once per W row:
 
 - W rows sit on the MMA's M side (``mma.sync`` m16n8k16, bf16 in, fp32
