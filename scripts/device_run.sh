@@ -81,7 +81,7 @@ for b in backends.all_backends():
 
 step_gpu_tests() {
   mkdir -p "$OUT/tests"
-  timeout -k 5 "${GPU_TESTS_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider -n 0 ${GPU_TESTS:-tests/test_*gpu*.py} > "$OUT/tests/pytest_gpu.txt" 2>&1
+  timeout -k 5 "${GPU_TESTS_TIMEOUT:-240}" python3 -m pytest -v --durations=12 -p no:cacheprovider -n 0 ${GPU_TESTS:-tests/test_*gpu*.py} > "$OUT/tests/pytest_gpu.txt" 2>&1
   echo "pytest rc=$?"; tail -n 8 "$OUT/tests/pytest_gpu.txt"
 }
 

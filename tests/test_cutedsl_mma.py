@@ -19,7 +19,8 @@ from sglang_fp32gemm.backends.cutedsl_mma import MAX_STAGE_BYTES, MAX_VECTORS, C
 
 @pytest.mark.parametrize("cfg", [MmaConfig(8, 8, 1, 2, True), MmaConfig(16, 4, 2, 8),
                                  MmaConfig(8, 2, 1, 4, False, True), MmaConfig(16, 8, 1, 1, True, True),
-                                 MmaConfig(32, 4, 2, 8, True, True)])
+                                 MmaConfig(32, 4, 2, 8, True, True), MmaConfig(8, 8, 1, 1, True, depth=8),
+                                 MmaConfig(16, 4, 2, 2, depth=4)])
 def test_names_round_trip(cfg):
     assert MmaConfig.parse(cfg.name) == cfg
     assert CuteDSLMmaBackend().kernel_name(cfg) == cfg.name
@@ -33,6 +34,8 @@ def test_names_round_trip(cfg):
     ("cutedsl_mma_m8_w8_r1_c16", "cluster=16"),
     ("cutedsl_mma_m8_w8_r1", "is not of the form"),
     ("cutedsl_mma_m8_w8_r1_c2_pdl_s", "is not of the form"),
+    ("cutedsl_mma_m8_w8_r1_c2_p6", "depth=6"),
+    ("cutedsl_mma_m8_w8_r1_c2_s_p4", "is not of the form"),
     ("cutedsl_dot_m1_t128_r2_pdl", "is not of the form"),
 ])
 def test_bad_names_say_what_is_wrong(name, why):
@@ -68,6 +71,10 @@ def test_each_cutedsl_name_has_exactly_one_backend():
     (MmaConfig(32, 8, 2, 4), 32, 1024, 7168, False),    # 7 steps x (4 + 4) vectors
     (MmaConfig(32, 8, 2, 4, staged=True), 32, 1024, 7168, True),
     (MmaConfig(32, 8, 1, 2, staged=True), 32, 1024, 7168, False),  # 14 steps x 4 x vectors
+    (MmaConfig(8, 8, 1, 1, depth=8), 8, 2048, 7168, True),    # 28 steps through a ring of 8
+    (MmaConfig(8, 8, 1, 4, depth=4), 8, 2048, 7168, False),   # 7 steps: too few to stream
+    (MmaConfig(32, 8, 2, 1, depth=8), 32, 2048, 7168, False),  # 8 x (4 + 4) x 16 x 256 bytes in the ring
+    (MmaConfig(32, 8, 2, 1, depth=4), 32, 2048, 7168, True),
 ])
 def test_shape_rules(cfg, m, n, k, ok):
     assert CuteDSLMmaBackend().supports(cfg, m, n, k)[0] is ok
@@ -83,11 +90,16 @@ def test_candidates_only_at_m_3_to_32_and_every_one_takes_the_shape():
                 for c in cands:
                     assert c.max_m == (8 if m <= 8 else 16 if m <= 16 else 32), (c, m)
                     assert b.supports(c, m, n, k)[0], (c, m, n, k)
-                    steps = c.chunks(k)
-                    assert steps * (c.max_m // 8 + (0 if c.staged else 2 * c.rg)) <= MAX_VECTORS
+                    steps, nt = c.chunks(k), c.max_m // 8
+                    if c.depth:
+                        assert c.warps >= 4 and steps >= 2 * c.depth
+                        assert c.depth * (2 * c.rg + nt) * 16 * 32 * c.warps <= MAX_STAGE_BYTES
+                        continue
+                    assert steps * (nt + (0 if c.staged else 2 * c.rg)) <= MAX_VECTORS
                     assert not c.staged or steps * 2 * c.rg * 16 * 32 * c.warps <= MAX_STAGE_BYTES
-    # Without a GPU no PDL form is offered; both W placements are.
-    assert {c.staged for c in b.candidates(8, 1024, 7168)} == {False, True}
+    # Without a GPU no PDL form is offered; every W placement is.
+    assert {(c.staged, c.depth) for c in b.candidates(8, 1024, 7168)} == {(False, 0), (True, 0), (False, 4),
+                                                                            (False, 8)}
     assert not any(c.pdl for c in b.candidates(8, 1024, 7168))
 
 
@@ -100,7 +112,9 @@ def _compile_and_read_ptx(tmp_path: Path, cfg: MmaConfig, n: int, k: int) -> str
                                        (MmaConfig(8, 8, 1, 2, True, True), 2048, 7168),
                                        (MmaConfig(16, 8, 1, 1, False, True), 1024, 4096),
                                        (MmaConfig(32, 8, 1, 4, True), 1024, 7168),
-                                       (MmaConfig(32, 4, 2, 8, False, True), 2560, 7168)])
+                                       (MmaConfig(32, 4, 2, 8, False, True), 2560, 7168),
+                                       (MmaConfig(8, 8, 1, 1, True, depth=8), 2048, 7168),
+                                       (MmaConfig(16, 4, 2, 2, False, depth=4), 1024, 7168)])
 def test_compiled_for_sm90_on_this_cpu_w_is_in_flight_before_the_wait_and_nothing_is_atomic(tmp_path, cfg, n, k):
     ptx = _compile_and_read_ptx(tmp_path, cfg, n, k)
     body = ptx[ptx.index(".entry"):]
@@ -109,7 +123,16 @@ def test_compiled_for_sm90_on_this_cpu_w_is_in_flight_before_the_wait_and_nothin
     wait = body.index("griddepcontrol.wait")  # also the fence of the forms launched without PDL
     loads = [mt.start() for mt in re.finditer(r"ld\.global[.a-z0-9]*\.v4", body)]
     copies = [mt.start() for mt in re.finditer(r"cp\.async\.cg\.shared\.global", body)]
-    if cfg.staged:
+    if cfg.depth:
+        # Streamed: the first depth - 1 steps' W before the wait, their x after it into registers; then per
+        # step one wait for that step's group, the next step's W and x copied, its MMAs.
+        ahead = cfg.depth - 1
+        assert sum(1 for p in copies if p < wait) == ahead * 2 * cfg.rg
+        assert len(copies) == w_vectors + (steps - ahead) * nt
+        assert len(loads) == ahead * nt and min(loads) > wait
+        waits = [int(v) for v in re.findall(r"cp\.async\.wait_group\s+(\d+);", body)]
+        assert waits == [min(steps, i + ahead) - i - 1 for i in range(steps)]
+    elif cfg.staged:
         assert len(copies) == w_vectors and max(copies) < wait
         assert "cp.async.wait_group" in body[wait:]
         assert len(loads) == steps * nt and min(loads) > wait     # x, after the wait

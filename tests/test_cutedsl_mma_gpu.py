@@ -30,15 +30,15 @@ def check(out, x, w):
     assert r.finite and r.ok and r.rel_err <= 1e-5, r
 
 
-@pytest.mark.parametrize("n, k, every", [(1024, 7168, 1), (512, 7168, 3), (2560, 7168, 3), (1024, 4096, 4),
-                                         (2048, 5120, 4)])
+@pytest.mark.parametrize("n, k, every", [(1024, 7168, 7), (512, 7168, 23), (2560, 7168, 23), (1024, 4096, 23),
+                                         (2048, 5120, 23)])
 def test_candidates_are_exact_and_deterministic(n, k, every):
-    # Every form offered at M 8, 16 and 32 (at N=1024 K=7168; elsewhere every few), each run at M 1, 3, its
-    # largest M and one between.
+    # Every seventh form offered at M 8, 16 and 32 at N=1024 K=7168 (elsewhere every 23rd: each form
+    # compiles for a second or two), each run at M 1, 3, its largest M and one between.
     b = CuteDSLMmaBackend()
     cfgs = (b.candidates(8, n, k) + b.candidates(16, n, k) + b.candidates(32, n, k))[::every]
-    assert len(cfgs) >= 4 and any(c.staged for c in cfgs) and any(not c.staged for c in cfgs)
-    assert any(c.max_m == 32 for c in cfgs)
+    assert len(cfgs) >= 3 and any(c.staged for c in cfgs) and any(not c.staged for c in cfgs)
+    assert any(c.max_m == 32 for c in cfgs) and any(c.depth for c in cfgs)
     w = rnd(n, k)
     for cfg in cfgs:
         fn = bound(cfg, n, k)
@@ -59,8 +59,9 @@ def test_strided_and_misaligned_x():
         check(poisoned_call(fn, x, w), x, w)
 
 
-def test_under_graph_replay_on_a_side_stream_with_pdl_after_the_kernel_that_writes_x():
-    cfg, n, k = MmaConfig(8, 8, 1, 4, True), 2048, 7168
+@pytest.mark.parametrize("cfg", [MmaConfig(8, 8, 1, 4, True), MmaConfig(8, 8, 1, 1, True, depth=8)])
+def test_under_graph_replay_on_a_side_stream_with_pdl_after_the_kernel_that_writes_x(cfg):
+    n, k = 2048, 7168
     w = rnd(n, k)
     for out, x in replays_after_the_writer(bound(cfg, n, k), w, 6):
         check(out, x, w)

@@ -22,8 +22,12 @@ TILES = (8, 16, 32)       # the rows of x a form holds: 1, 2 or 4 n8 tiles
 WARPS = (2, 4, 8)
 ROW_GROUPS = (1, 2)       # 16-row groups of W a CTA owns
 CLUSTERS = (1, 2, 4, 8)   # CTAs along K (8: the portable cluster limit)
-_FORM = "cutedsl_mma_m<8|16|32>_w<WARPS>_r<ROW_GROUPS>_c<CLUSTER>[_s][_pdl]"
-_NAME_RE = re.compile(r"^cutedsl_mma_m(?P<m>\d+)_w(?P<w>\d+)_r(?P<r>\d+)_c(?P<c>\d+)(?P<s>_s)?(?P<pdl>_pdl)?$")
+DEPTHS = (4, 8)           # streamed forms: 32-K steps in the ring (depth - 1 in flight)
+# Where W goes: (staged, depth): registers, all staged, streamed.
+_PLACEMENTS = ((False, 0), (True, 0)) + tuple((False, d) for d in DEPTHS)
+_FORM = "cutedsl_mma_m<8|16|32>_w<WARPS>_r<ROW_GROUPS>_c<CLUSTER>[_s|_p<DEPTH>][_pdl]"
+_NAME_RE = re.compile(r"^cutedsl_mma_m(?P<m>\d+)_w(?P<w>\d+)_r(?P<r>\d+)_c(?P<c>\d+)(?:(?P<s>_s)|_p(?P<p>\d+))?"
+                      r"(?P<pdl>_pdl)?$")
 # 16-byte vectors a thread keeps in registers (W unless staged, and x): 4 registers each.
 MAX_VECTORS = 48
 # Shared memory a staged CTA may fill with W (of the 227 KiB an sm90 CTA may have).
@@ -40,6 +44,7 @@ class MmaConfig:
     cs: int
     pdl: bool = False
     staged: bool = False  # W through shared memory (cp.async) instead of registers
+    depth: int = 0        # streamed: W (and x) through a ring of this many steps in shared memory
 
     def __post_init__(self) -> None:
         if self.max_m not in TILES:
@@ -50,18 +55,21 @@ class MmaConfig:
             raise ValueError(f"row groups={self.rg}: must be one of {ROW_GROUPS}")
         if self.cs not in CLUSTERS:
             raise ValueError(f"cluster={self.cs}: must be one of {CLUSTERS}")
+        if self.depth and (self.depth not in DEPTHS or self.staged):
+            raise ValueError(f"depth={self.depth}: must be one of {DEPTHS}, and not staged")
 
     @property
     def name(self) -> str:
         return (f"cutedsl_mma_m{self.max_m}_w{self.warps}_r{self.rg}_c{self.cs}" + ("_s" if self.staged else "")
-                + ("_pdl" if self.pdl else ""))
+                + (f"_p{self.depth}" if self.depth else "") + ("_pdl" if self.pdl else ""))
 
     @classmethod
     def parse(cls, name: str) -> "MmaConfig":
         g = _NAME_RE.match(name)
         if g is None:
             raise ValueError(f"kernelName {name!r} is not of the form {_FORM}")
-        return cls(int(g["m"]), int(g["w"]), int(g["r"]), int(g["c"]), g["pdl"] is not None, g["s"] is not None)
+        return cls(int(g["m"]), int(g["w"]), int(g["r"]), int(g["c"]), g["pdl"] is not None, g["s"] is not None,
+                   int(g["p"] or 0))
 
     def chunks(self, k: int) -> int:
         """32-K steps of each warp."""
@@ -75,13 +83,20 @@ class MmaConfig:
         step = 32 * self.warps * self.cs
         if k <= 0 or k % step:
             return False, f"K={k} is not a multiple of 32 x warps x cluster = {step}"
-        w_vectors, x_vectors = self.chunks(k) * 2 * self.rg, self.chunks(k) * self.max_m // 8
-        vectors = x_vectors + (0 if self.staged else w_vectors)
+        steps, nt = self.chunks(k), self.max_m // 8
+        if self.depth:
+            if steps < 2 * self.depth:
+                return False, f"{steps} steps of 32 K a warp: too few to stream through {self.depth}"
+            # Registers: the first depth - 1 steps' x; the ring: W and x of `depth` steps.
+            vectors, stage = (self.depth - 1) * nt, self.depth * (2 * self.rg + nt) * 16 * 32 * self.warps
+        else:
+            w_vectors = steps * 2 * self.rg
+            vectors = steps * nt + (0 if self.staged else w_vectors)
+            stage = w_vectors * 16 * 32 * self.warps if self.staged else 0
         if vectors > MAX_VECTORS:
             return False, f"{vectors} 16-byte vectors a thread (more than {MAX_VECTORS}: registers)"
-        stage = w_vectors * 16 * 32 * self.warps if self.staged else 0
         if stage > MAX_STAGE_BYTES:
-            return False, f"{stage} bytes of W staged a CTA (more than {MAX_STAGE_BYTES}: shared memory)"
+            return False, f"{stage} bytes staged a CTA (more than {MAX_STAGE_BYTES}: shared memory)"
         return OK
 
 
@@ -89,7 +104,8 @@ def compile_kernel(cfg: MmaConfig, n: int, k: int) -> Any:
     """The TVM-FFI function ``f(x, w, out)`` for (cfg, N, K), compiled on fake tensors (M symbolic)."""
     from sglang_fp32gemm.backends.cutedsl_mma_kernel import MmaKernel
 
-    return compile_form(MmaKernel(n, k, cfg.warps, cfg.rg, cfg.max_m // 8, cfg.cs, cfg.pdl, cfg.staged), n, k)
+    return compile_form(MmaKernel(n, k, cfg.warps, cfg.rg, cfg.max_m // 8, cfg.cs, cfg.pdl, cfg.staged, cfg.depth),
+                        n, k)
 
 
 class CuteDSLMmaBackend(TvmFfiBackend):
@@ -108,8 +124,8 @@ class CuteDSLMmaBackend(TvmFfiBackend):
 
     def candidates(self, m: int, n: int, k: int) -> list[MmaConfig]:
         """At M 3..32: every warp count, row-group count and cluster size that tiles the shape, the
-        smallest n8 tile count that holds M, W in registers or staged; with and without PDL on sm90
-        and later."""
+        smallest n8 tile count that holds M, W in registers, staged, or (4 or 8 warps) streamed; with
+        and without PDL on sm90 and later."""
         if not 3 <= m <= MAX_M:
             return []
         max_m = next(t for t in TILES if m <= t)
@@ -118,8 +134,10 @@ class CuteDSLMmaBackend(TvmFfiBackend):
             for warps in WARPS:
                 for rg in ROW_GROUPS:
                     for cs in CLUSTERS:
-                        for staged in (False, True):
-                            cfg = MmaConfig(max_m, warps, rg, cs, pdl, staged)
+                        for staged, depth in _PLACEMENTS:
+                            if depth and warps < 4:
+                                continue
+                            cfg = MmaConfig(max_m, warps, rg, cs, pdl, staged, depth)
                             if cfg.check_shape(m, n, k)[0]:
                                 out.append(cfg)
         return out

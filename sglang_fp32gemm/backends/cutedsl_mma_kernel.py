@@ -16,6 +16,9 @@ kernel runs out of CUDA-core throughput and re-reads x once per W row:
   ``griddepcontrol.wait`` (W does not depend on the kernel before), x after
   it; launched without PDL the wait stays, as a fence that keeps the loads
   issued together.
+- Streamed forms (``depth``) keep only ``depth - 1`` steps of W in flight,
+  through a ring in the thread's own slots of shared memory (``streamed``):
+  a long K per CTA, one wave of CTAs.
 - K is split over the warps of a CTA (interleaved 32 K at a time, so the
   CTA reads long runs of each row) and over the ``cs`` CTAs of a cluster.
   Warps are summed through shared memory in warp order, then the cluster's
@@ -48,16 +51,22 @@ _DSMEM_LOAD = ("{ .reg .b32 ra; mapa.shared::cluster.u32 ra, {$r0}, {$r1}; "
 class MmaKernel:
     """One compiled form: (N, K) fixed, M <= 8 x ``nt`` at run time."""
 
-    def __init__(self, n: int, k: int, warps: int, rg: int, nt: int, cs: int, pdl: bool, staged: bool) -> None:
+    def __init__(self, n: int, k: int, warps: int, rg: int, nt: int, cs: int, pdl: bool, staged: bool,
+                 depth: int = 0) -> None:
         if k % (cs * warps * 32) or n % (16 * rg):
             raise ValueError(f"warps={warps}, rg={rg}, cs={cs} do not tile N={n}, K={k}")
         self.n, self.k, self.warps, self.rg, self.nt, self.cs, self.pdl = n, k, warps, rg, nt, cs, pdl
         self.staged = staged
+        self.depth = depth                        # streamed: a ring of `depth` steps (0: all W at once)
         self.chunks = k // (cs * warps * 32)      # 32-K steps per warp
+        if depth and not 2 <= depth < self.chunks:
+            raise ValueError(f"depth={depth}: must be 2..{self.chunks - 1} at {self.chunks} steps")
         self.slots = rg * nt * 4                  # accumulator floats per thread
         self.tile = self.slots * 32               # floats of a CTA's output tile
         self.wvecs = self.chunks * rg * 2         # 16-byte W vectors per thread
-        self.stage_bytes = self.wvecs * 16 * warps * 32 if staged else 0
+        self.per_step = rg * 2 + nt               # ring vectors of one step: W, then x
+        self.stage_bytes = (self.wvecs * 16 * warps * 32 if staged else
+                            depth * self.per_step * 16 * warps * 32 if depth else 0)
 
     @cute.jit
     def __call__(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor, stream):
@@ -73,20 +82,27 @@ class MmaKernel:
         covers K [32 q, 32 q + 32), q = (rank x chunks + i) x warps + warp; column c reads 8 K at 32 q + 8 c."""
         return ((rank * self.chunks + i) * self.warps + warp) * 4 + c
 
+    def w_vec(self, w, rank, warp, g, c, row0, i, r, h):
+        """The 16 bytes of W lane (g, c) reads at step i for half h of row group r: row g (+ 8 h)."""
+        return cute.zipped_divide(w[row0 + 16 * r + 8 * h + g, None], (8,))[None, self.vector(rank, warp, c, i)]
+
+    def x_vec(self, x, rank, warp, g, c, i, t):
+        """The 16 bytes of x lane (g, c) reads at step i for n-tile t: row g + 8 t, or row M - 1 past M."""
+        return cute.zipped_divide(x[cutlass.min(g + 8 * t, x.shape[0] - 1), None],
+                                  (8,))[None, self.vector(rank, warp, c, i)]
+
     def issue_w(self, w, stage, tid, rank, warp, g, c, row0):
         """Every W vector of this thread in flight: into registers, or (``stage``) by cp.async into this
         thread's own slots of shared memory, which hold more. Lane (g, c) reads rows g and g + 8 of each
         16-row group. Returns the vectors (register tensors, or the slots), in (step, group, half) order."""
         wr = []
         for i in range(self.chunks):
-            v = self.vector(rank, warp, c, i)
             for r in range(self.rg):
                 for h in range(2):
-                    src = cute.zipped_divide(w[row0 + 16 * r + 8 * h + g, None], (8,))[None, v]
+                    src = self.w_vec(w, rank, warp, g, c, row0, i, r, h)
                     if stage is not None:
                         mine = stage[None, tid, len(wr)]
-                        cute.arch.inline_ptx(_CP_ASYNC, read_only_args=[mine.iterator.toint(),
-                                                                        src.iterator.toint()])
+                        self.copy16(mine, src)
                         wr.append(mine)
                     else:
                         dst = cute.make_rmem_tensor_like(src)
@@ -99,12 +115,10 @@ class MmaKernel:
     def load_x(self, x, rank, warp, g, c):
         """Every x vector of this thread, before any MMA, in (step, n-tile) order. A row past M reads row
         M - 1 instead (no branch, so the loads issue together): its MMA column is computed, never written."""
-        m_run = x.shape[0]
         xr = []
         for i in range(self.chunks):
-            v = self.vector(rank, warp, c, i)
             for t in range(self.nt):
-                src = cute.zipped_divide(x[cutlass.min(g + 8 * t, m_run - 1), None], (8,))[None, v]
+                src = self.x_vec(x, rank, warp, g, c, i, t)
                 dst = cute.make_rmem_tensor_like(src)
                 cute.autovec_copy(src, dst)
                 xr.append(cute.recast_tensor(dst, cutlass.Int32))
@@ -118,22 +132,89 @@ class MmaKernel:
         acc = cute.make_rmem_tensor((self.slots,), cutlass.Float32)
         acc.fill(0.0)
         for i in range(self.chunks):
-            for j in range(2):
+            self.mma_step(acc, wr[i * rg * 2:(i + 1) * rg * 2], xr[i * nt:(i + 1) * nt])
+        return acc
+
+    def copy16(self, dst, src):
+        """One 16-byte cp.async of this thread, global -> shared."""
+        cute.arch.inline_ptx(_CP_ASYNC, read_only_args=[dst.iterator.toint(), src.iterator.toint()])
+
+    def mma_step(self, acc, wv, xv):
+        """The MMAs of one 32-K step (``multiply``'s inner loops), into ``acc``."""
+        rg, nt = self.rg, self.nt
+        for j in range(2):
+            for r in range(rg):
+                lo = wv[r * 2]
+                hi = wv[r * 2 + 1]
+                for t in range(nt):
+                    s = (r * nt + t) * 4
+                    d = cute.arch.inline_ptx(
+                        _MMA,
+                        write_only_types=[cutlass.Float32] * 4,
+                        read_only_args=[lo[2 * j], hi[2 * j], lo[2 * j + 1], hi[2 * j + 1],
+                                        xv[t][2 * j], xv[t][2 * j + 1],
+                                        acc[s], acc[s + 1], acc[s + 2], acc[s + 3]],
+                    )
+                    for e in range(4):
+                        acc[s + e] = d[e]
+
+    def streamed(self, x, w, ring, tid, rank, warp, g, c, row0):
+        """W (and x, past the first steps) streamed through a ring of ``depth`` steps in this thread's own slots
+        of shared memory: the copies of step i + depth - 1 go out while step i is multiplied, into the slot
+        step i - 1 was read from (by this thread, a whole step earlier: no barrier). The first depth - 1
+        steps' W go out before the wait, their x after it into registers. Same MMAs in the same order as
+        ``multiply``: the same bits as the form with W at once."""
+        rg, nt, depth, chunks, per = self.rg, self.nt, self.depth, self.chunks, self.per_step
+
+        def w_src(i, r, h):
+            return self.w_vec(w, rank, warp, g, c, row0, i, r, h)
+
+        def x_src(i, t):
+            return self.x_vec(x, rank, warp, g, c, i, t)
+
+        def slot(i, q):
+            return ring[None, tid, (i % depth) * per + q]
+
+        for i in range(depth - 1):
+            for r in range(rg):
+                for h in range(2):
+                    self.copy16(slot(i, r * 2 + h), w_src(i, r, h))
+            cute.arch.cp_async_commit_group()
+        cute.arch.griddepcontrol_wait()
+        x_first = []
+        for i in range(depth - 1):
+            row = []
+            for t in range(nt):
+                src = x_src(i, t)
+                dst = cute.make_rmem_tensor_like(src)
+                cute.autovec_copy(src, dst)
+                row.append(cute.recast_tensor(dst, cutlass.Int32))
+            x_first.append(row)
+        acc = cute.make_rmem_tensor((self.slots,), cutlass.Float32)
+        acc.fill(0.0)
+        for i in range(chunks):
+            nxt = i + depth - 1
+            # Groups committed before this step's copies: min(chunks, i + depth - 1); step i's must be in.
+            cute.arch.cp_async_wait_group(min(chunks, nxt) - i - 1)
+            wv = []
+            for q in range(rg * 2):
+                dst = cute.make_rmem_tensor((4,), cutlass.Int32)
+                cute.autovec_copy(slot(i, q), dst)
+                wv.append(dst)
+            xv = x_first[i] if i < depth - 1 else []
+            if i >= depth - 1:
+                for t in range(nt):
+                    dst = cute.make_rmem_tensor((4,), cutlass.Int32)
+                    cute.autovec_copy(slot(i, rg * 2 + t), dst)
+                    xv.append(dst)
+            if nxt < chunks:
                 for r in range(rg):
-                    lo = wr[(i * rg + r) * 2]
-                    hi = wr[(i * rg + r) * 2 + 1]
-                    for t in range(nt):
-                        xv = xr[i * nt + t]
-                        s = (r * nt + t) * 4
-                        d = cute.arch.inline_ptx(
-                            _MMA,
-                            write_only_types=[cutlass.Float32] * 4,
-                            read_only_args=[lo[2 * j], hi[2 * j], lo[2 * j + 1], hi[2 * j + 1],
-                                            xv[2 * j], xv[2 * j + 1],
-                                            acc[s], acc[s + 1], acc[s + 2], acc[s + 3]],
-                        )
-                        for e in range(4):
-                            acc[s + e] = d[e]
+                    for h in range(2):
+                        self.copy16(slot(nxt, r * 2 + h), w_src(nxt, r, h))
+                for t in range(nt):
+                    self.copy16(slot(nxt, rg * 2 + t), x_src(nxt, t))
+                cute.arch.cp_async_commit_group()
+            self.mma_step(acc, wv, xv)
         return acc
 
     @cute.kernel
@@ -150,29 +231,36 @@ class MmaKernel:
         row0 = tile_idx * (16 * self.rg)
         smem = cutlass.memory.SmemAllocator()
 
-        # 1. W first: it does not depend on the kernel before this one.
-        stage = None
-        if const_expr(self.staged):
-            stage = smem.allocate_tensor(cutlass.Int32, cute.make_layout((4, threads, self.wvecs),
-                                                                         stride=(1, 4, 4 * threads)),
-                                         byte_alignment=16)
-        wr = self.issue_w(w, stage, tid, rank, warp, g, c, row0)
+        if const_expr(self.depth > 0):
+            # 1-2. Streamed: W's first steps before the wait, the rest while multiplying.
+            ring = smem.allocate_tensor(cutlass.Int32, cute.make_layout((4, threads, self.depth * self.per_step),
+                                                                        stride=(1, 4, 4 * threads)),
+                                        byte_alignment=16)
+            acc = self.streamed(x, w, ring, tid, rank, warp, g, c, row0)
+        else:
+            # 1. W first: it does not depend on the kernel before this one.
+            stage = None
+            if const_expr(self.staged):
+                stage = smem.allocate_tensor(cutlass.Int32, cute.make_layout((4, threads, self.wvecs),
+                                                                             stride=(1, 4, 4 * threads)),
+                                             byte_alignment=16)
+            wr = self.issue_w(w, stage, tid, rank, warp, g, c, row0)
 
-        # 2. x is written by the kernel before this one. The wait also stops the compiler from
-        #    sinking W loads below it (where register pressure would put them, each next to its
-        #    MMA, so their latencies add up); launched without PDL it returns at once.
-        cute.arch.griddepcontrol_wait()
-        xr = self.load_x(x, rank, warp, g, c)
-        if const_expr(self.staged):
-            # A thread reads back only its own slots: waiting for its own copies is enough.
-            cute.arch.cp_async_wait_group(0)
-            staged_w = wr
-            wr = []
-            for mine in staged_w:
-                dst = cute.make_rmem_tensor((4,), cutlass.Int32)
-                cute.autovec_copy(mine, dst)
-                wr.append(dst)
-        acc = self.multiply(wr, xr)
+            # 2. x is written by the kernel before this one. The wait also stops the compiler from
+            #    sinking W loads below it (where register pressure would put them, each next to its
+            #    MMA, so their latencies add up); launched without PDL it returns at once.
+            cute.arch.griddepcontrol_wait()
+            xr = self.load_x(x, rank, warp, g, c)
+            if const_expr(self.staged):
+                # A thread reads back only its own slots: waiting for its own copies is enough.
+                cute.arch.cp_async_wait_group(0)
+                staged_w = wr
+                wr = []
+                for mine in staged_w:
+                    dst = cute.make_rmem_tensor((4,), cutlass.Int32)
+                    cute.autovec_copy(mine, dst)
+                    wr.append(dst)
+            acc = self.multiply(wr, xr)
 
         if const_expr(self.pdl):
             # Dependents still wait for this whole grid before they read out.
