@@ -75,6 +75,13 @@ class MmaConfig:
         """32-K steps of each warp."""
         return k // (self.cs * self.warps * 32)
 
+    def stage_bytes(self, k: int) -> int:
+        """Shared memory a CTA stages: all its W (staged), the ring's W and x of ``depth`` steps (streamed),
+        or none. The kernel sizes its allocation itself; ``compile_kernel`` checks the two agree."""
+        per_thread = (self.depth * (2 * self.rg + self.max_m // 8) if self.depth else
+                      self.chunks(k) * 2 * self.rg if self.staged else 0)
+        return per_thread * 16 * 32 * self.warps
+
     def check_shape(self, m: int, n: int, k: int) -> Verdict:
         if not 1 <= m <= self.max_m:
             return False, f"M={m} is outside 1..{self.max_m}"
@@ -87,12 +94,10 @@ class MmaConfig:
         if self.depth:
             if steps < 2 * self.depth:
                 return False, f"{steps} steps of 32 K a warp: too few to stream through {self.depth}"
-            # Registers: the first depth - 1 steps' x; the ring: W and x of `depth` steps.
-            vectors, stage = (self.depth - 1) * nt, self.depth * (2 * self.rg + nt) * 16 * 32 * self.warps
+            vectors = (self.depth - 1) * nt  # registers: the first depth - 1 steps' x
         else:
-            w_vectors = steps * 2 * self.rg
-            vectors = steps * nt + (0 if self.staged else w_vectors)
-            stage = w_vectors * 16 * 32 * self.warps if self.staged else 0
+            vectors = steps * nt + (0 if self.staged else steps * 2 * self.rg)
+        stage = self.stage_bytes(k)
         if vectors > MAX_VECTORS:
             return False, f"{vectors} 16-byte vectors a thread (more than {MAX_VECTORS}: registers)"
         if stage > MAX_STAGE_BYTES:
@@ -104,8 +109,10 @@ def compile_kernel(cfg: MmaConfig, n: int, k: int) -> Any:
     """The TVM-FFI function ``f(x, w, out)`` for (cfg, N, K), compiled on fake tensors (M symbolic)."""
     from sglang_fp32gemm.backends.cutedsl_mma_kernel import MmaKernel
 
-    return compile_form(MmaKernel(n, k, cfg.warps, cfg.rg, cfg.max_m // 8, cfg.cs, cfg.pdl, cfg.staged, cfg.depth),
-                        n, k)
+    kern = MmaKernel(n, k, cfg.warps, cfg.rg, cfg.max_m // 8, cfg.cs, cfg.pdl, cfg.staged, cfg.depth)
+    if kern.stage_bytes != cfg.stage_bytes(k):  # the rule and the launch must size shared memory alike
+        raise AssertionError(f"{cfg.name}: the kernel stages {kern.stage_bytes} bytes, the rule {cfg.stage_bytes(k)}")
+    return compile_form(kern, n, k)
 
 
 class CuteDSLMmaBackend(TvmFfiBackend):
