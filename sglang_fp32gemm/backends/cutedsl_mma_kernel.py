@@ -139,6 +139,12 @@ class MmaKernel:
         """One 16-byte cp.async of this thread, global -> shared."""
         cute.arch.inline_ptx(_CP_ASYNC, read_only_args=[dst.iterator.toint(), src.iterator.toint()])
 
+    def read16(self, mine):
+        """One of this thread's 16-byte slots of shared memory, into registers."""
+        dst = cute.make_rmem_tensor((4,), cutlass.Int32)
+        cute.autovec_copy(mine, dst)
+        return dst
+
     def mma_step(self, acc, wv, xv):
         """The MMAs of one 32-K step (``multiply``'s inner loops), into ``acc``."""
         rg, nt = self.rg, self.nt
@@ -196,17 +202,11 @@ class MmaKernel:
             nxt = i + depth - 1
             # Groups committed before this step's copies: min(chunks, i + depth - 1); step i's must be in.
             cute.arch.cp_async_wait_group(min(chunks, nxt) - i - 1)
-            wv = []
-            for q in range(rg * 2):
-                dst = cute.make_rmem_tensor((4,), cutlass.Int32)
-                cute.autovec_copy(slot(i, q), dst)
-                wv.append(dst)
-            xv = x_first[i] if i < depth - 1 else []
-            if i >= depth - 1:
-                for t in range(nt):
-                    dst = cute.make_rmem_tensor((4,), cutlass.Int32)
-                    cute.autovec_copy(slot(i, rg * 2 + t), dst)
-                    xv.append(dst)
+            wv = [self.read16(slot(i, q)) for q in range(rg * 2)]
+            if i < depth - 1:
+                xv = x_first[i]
+            else:
+                xv = [self.read16(slot(i, rg * 2 + t)) for t in range(nt)]
             if nxt < chunks:
                 for r in range(rg):
                     for h in range(2):
@@ -254,12 +254,7 @@ class MmaKernel:
             if const_expr(self.staged):
                 # A thread reads back only its own slots: waiting for its own copies is enough.
                 cute.arch.cp_async_wait_group(0)
-                staged_w = wr
-                wr = []
-                for mine in staged_w:
-                    dst = cute.make_rmem_tensor((4,), cutlass.Int32)
-                    cute.autovec_copy(mine, dst)
-                    wr.append(dst)
+                wr = [self.read16(mine) for mine in wr]
             acc = self.multiply(wr, xr)
 
         if const_expr(self.pdl):
