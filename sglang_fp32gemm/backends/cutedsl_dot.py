@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from sglang_fp32gemm.backends.base import OK, Verdict, file_source_tag, sm90_or_later
+from sglang_fp32gemm.backends.base import OK, Verdict, sm90_or_later
 from sglang_fp32gemm.backends.cutedsl_tvm import VEC, TvmFfiBackend, compile_form
 
 MAX_M = 4                 # the dot product wins only at the smallest M (issue 15)
@@ -103,12 +102,8 @@ class CuteDSLDotBackend(TvmFfiBackend):
     """Our CuTe-DSL dot-product kernel (M <= 4); serves ``cutedsl`` rows of its name form."""
 
     name = "cutedsl-dot"
-
-    def parse(self, kernel_name: str) -> DotConfig:
-        return DotConfig.parse(kernel_name)
-
-    def source_tag(self, cfg: DotConfig) -> str:
-        return file_source_tag(Path(__file__).parent / "cutedsl_dot_kernel.py", "nvidia-cutlass-dsl", "cutlass-dsl")
+    config_class = DotConfig
+    kernel_file = "cutedsl_dot_kernel.py"
 
     def compile(self, cfg: DotConfig, n: int, k: int) -> Any:
         return compile_kernel(cfg, n, k)

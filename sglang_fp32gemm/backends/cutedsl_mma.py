@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from pathlib import Path
 from typing import Any
 
-from sglang_fp32gemm.backends.base import OK, Verdict, file_source_tag, sm90_or_later
+from sglang_fp32gemm.backends.base import OK, Verdict, sm90_or_later
 from sglang_fp32gemm.backends.cutedsl_tvm import TvmFfiBackend, compile_form
 
 MAX_M = 32                # four n8 tiles of x rows
@@ -119,12 +118,8 @@ class CuteDSLMmaBackend(TvmFfiBackend):
     """Our CuTe-DSL tensor-core split-K kernel (M <= 32); serves ``cutedsl`` rows of its name form."""
 
     name = "cutedsl-mma"
-
-    def parse(self, kernel_name: str) -> MmaConfig:
-        return MmaConfig.parse(kernel_name)
-
-    def source_tag(self, cfg: MmaConfig) -> str:
-        return file_source_tag(Path(__file__).parent / "cutedsl_mma_kernel.py", "nvidia-cutlass-dsl", "cutlass-dsl")
+    config_class = MmaConfig
+    kernel_file = "cutedsl_mma_kernel.py"
 
     def compile(self, cfg: MmaConfig, n: int, k: int) -> Any:
         return compile_kernel(cfg, n, k)

@@ -1,4 +1,4 @@
-"""What our CuTe-DSL backends (``cutedsl-dot``, ``cutedsl-mma``) share: availability, the compile, ``bind``.
+"""What our CuTe-DSL backends (``cutedsl-dot``, ``cutedsl-mma``) share: availability, names, the compile, ``bind``.
 
 Each compiles one form per (config, device, N, K) in ``bind``, on fake tensors
 (M symbolic), with ``--enable-tvm-ffi``: a call passes the torch tensors and
@@ -10,11 +10,12 @@ cutlass and tvm_ffi are imported in ``available`` and a subclass's
 from __future__ import annotations
 
 import abc
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, Verdict, nvidia_capability
+from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, Verdict, file_source_tag, nvidia_capability
 
 VEC = 8  # bf16 per 16-byte load
 
@@ -42,10 +43,20 @@ class TvmFfiBackend(Backend):
     # A call is one TVM-FFI call with torch tensors: no per-call conversion (checked on the
     # device by the eager bench; eager_ok False would send its eager calls elsewhere).
     eager_ok = True
+    #: The subclass's frozen config class (names parse with its ``parse``, importing nothing) and the file of
+    #: its ``@cute.jit`` kernel beside this one (what the probe verdict's source tag hashes).
+    config_class: Any = None
+    kernel_file = ""
 
     @abc.abstractmethod
     def compile(self, cfg: Any, n: int, k: int) -> Any:
         """The compiled ``f(x, w, out)`` for (cfg, N, K) (``compile_form``)."""
+
+    def parse(self, kernel_name: str) -> Any:
+        return self.config_class.parse(kernel_name)
+
+    def source_tag(self, cfg: Any) -> str:
+        return file_source_tag(Path(__file__).parent / self.kernel_file, "nvidia-cutlass-dsl", "cutlass-dsl")
 
     def available(self) -> Verdict:
         cap, why = nvidia_capability()
