@@ -66,10 +66,9 @@ def _us(r: Optional[dict], col: str) -> Optional[float]:
     return float(v) if isinstance(v, (int, float)) else None
 
 
-def _routed_vs_fastest(graph: list[dict], factor: float, peers: tuple[str, ...], ms: Iterable[int],
-                       k: int) -> tuple[int, list[tuple[float, str]], list[str]]:
+def _routed_vs_fastest(idx: dict[tuple[int, int, int], dict], factor: float, peers: tuple[str, ...],
+                       ms: Iterable[int], k: int) -> tuple[int, list[tuple[float, str]], list[str]]:
     """(checked, misses, missing): routed <= factor x the fastest of the ``peers`` columns, every N, at ``ms``."""
-    idx = _index(graph)
     checked, misses, missing = 0, [], []
     for n in NS:
         for m in ms:
@@ -90,7 +89,7 @@ def _routed_vs_fastest(graph: list[dict], factor: float, peers: tuple[str, ...],
 
 
 def routed_vs_peers(graph: list[dict], factor: float = 0.95) -> Verdict:
-    checked, misses, missing = _routed_vs_fastest(graph, factor, PEERS, range(1, 33), K_PRO)
+    checked, misses, missing = _routed_vs_fastest(_index(graph), factor, PEERS, range(1, 33), K_PRO)
     return _verdict(f"routed <= {factor}x min({', '.join(PEERS)} alone), M 1..32, every N, K={K_PRO}",
                     checked, misses, missing, "shapes")
 
@@ -99,8 +98,9 @@ def routed_vs_best(graph: list[dict], factor: float = 1.02, peers: tuple[str, ..
                    k: int = K_PRO) -> Verdict:
     """Issue 15: routed <= factor x the fastest of torch, SGLang's CuTe-DSL kernel and vLLM's ll_bf16 (its best
     config), at every measured M in 1..32 and every N, all columns timed in the same run."""
-    ms = _measured_ms(_index(graph), k, 32)
-    checked, misses, missing = _routed_vs_fastest(graph, factor, peers, ms, k)
+    idx = _index(graph)
+    ms = _measured_ms(idx, k, 32)
+    checked, misses, missing = _routed_vs_fastest(idx, factor, peers, ms, k)
     return _verdict(f"isolated: routed <= {factor}x min({', '.join(peers)}), measured M in 1..32 "
                     f"({','.join(map(str, ms)) or 'none'}), every N, K={k}", checked, misses,
                     missing if ms else [f"K={k}: no shapes measured"], "shapes")
