@@ -21,7 +21,8 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available() or getattr(torch.version
 @pytest.mark.parametrize("model, ms, schedules", [("tiny", "1,4", "overlapped,serial"), ("flash", "1", "overlapped")])
 def test_region_captures_every_schedule_exactly_and_routes_as_the_table_says(tmp_path, model, ms, schedules):
     argv = ["--region", "--region-model", model, "--region-m", ms, "--region-schedule", schedules,
-            "--region-replays", "5", "--no-region-peer", "--workers", "0", "--out-dir", str(tmp_path)]
+            "--region-replays", "5", "--region-rounds", "2", "--no-region-peer", "--workers", "0",
+            "--out-dir", str(tmp_path)]
     assert bench.main(argv, backends=[]) == 0
     rs = json.load(open(tmp_path / "bench_region.json"))["results"]
     assert len(rs) == len(ms.split(",")) * len(schedules.split(","))
@@ -31,3 +32,4 @@ def test_region_captures_every_schedule_exactly_and_routes_as_the_table_says(tmp
         assert r["route_check"]["ok"], r["route_check"]
         assert sum(r["route_check"]["counted"].values()) == {"tiny": 3, "flash": 62}[model]
         assert r["step_us"]["none"] > 0
+        assert all(len(ts) == 2 for ts in r["rounds_step_us"].values()), r["rounds_step_us"]

@@ -112,10 +112,11 @@ MODES = (  # the run order: eager and decode first, so a cut-short run still has
          shapes=lambda a: [Shape(m, 0, region.MODELS[name].hidden, variant=sched)
                            for name in a.region_model for m in a.region_m for sched in a.region_schedule],
          prepare=lambda bench, a, n, k: region_bench.prepare(bench, _region_spec(a, k)),
-         measure=lambda bench, a, s, ctx: region_bench.measure(bench, ctx, s.m, s.variant, a.region_replays),
+         measure=lambda bench, a, s, ctx: region_bench.measure(bench, ctx, s.m, s.variant, a.region_replays,
+                                                                       a.region_rounds),
          line=region_bench.line, markdown=region_bench.markdown, summary=region_bench.summary,
          extra=lambda a: {"models": {n: region_bench.spec_info(region.MODELS[n]) for n in a.region_model},
-                          "replays": a.region_replays},
+                          "replays": a.region_replays, "rounds": a.region_rounds},
          gemm_shapes=lambda a: [(m, n, k) for name in a.region_model for m in a.region_m
                                 for n, k in region.fp32_shapes(region.MODELS[name])]),
     _graph_mode("det", "deterministic", "bench_det", "deterministic", "Deterministic setting", True),
@@ -213,6 +214,8 @@ def parser() -> Parser:
     ap.add_argument("--region-schedule", type=_names(region.SCHEDULES, "schedule"), default=list(region.SCHEDULES),
                     help="overlapped (SGLang's side streams) and/or serial (one stream)")
     ap.add_argument("--region-replays", type=positive_int, default=20)
+    ap.add_argument("--region-rounds", type=positive_int, default=3,
+                    help="captures of each region step, interleaved; the median counts (default 3)")
     ap.add_argument("--no-peer", "--no-region-peer", dest="peer", action="store_false",
                     help="leave out vLLM's ll_bf16 column (graph and region modes) even where it is importable")
     ap.add_argument("--m", type=parse_ints, default=parse_ints(GRAPH_M),

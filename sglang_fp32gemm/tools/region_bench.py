@@ -1,20 +1,22 @@
 """``bench --region``: time the region model (tools/region.py) with each fp32 GEMM in turn.
 
 Per (model, M, schedule), one CUDA graph per step (tools/timing.py: warm-up, capture,
-median of replays), for each fp32 mode: ``none`` (the GEMMs removed; timed first and last,
-the mean is the base), ``torch`` (torch.mm out_dtype fp32), ``routed``
-(``routing.linear_bf16_fp32``), each available backend alone at its tuned config for every
-fp32 shape (``Bench.columns``), and vLLM's ll_bf16 at the best config of a small sweep
-when importable (tools/vllm_peer.py). Added per layer = (step - base) / layers. Every fp32
-output of the last replay is checked against float64 (``exactness``). In ``routed`` mode the
-router's counters, reset after the eager warm-up and read after capture, must show every
-captured call on the kernel the table names for its shape (``route_check``).
+median of replays), for each fp32 mode: ``none`` (the GEMMs removed: the base), ``torch``
+(torch.mm out_dtype fp32), ``routed`` (``routing.linear_bf16_fp32``), each available backend
+alone at its tuned config for every fp32 shape (``Bench.columns``), and vLLM's ll_bf16 at the
+best config of a small sweep when importable (tools/vllm_peer.py). Each mode is captured
+``--region-rounds`` times, interleaved with the others; its median capture counts. Added per
+layer = (step - base) / layers. Every fp32 output of each capture's last replay is checked
+against float64 (``exactness``). In ``routed`` mode the router's counters, reset after the
+eager warm-up and read after each capture, must show every captured call on the kernel the
+table names for its shape (``route_check``).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import statistics
 from typing import Any, Optional
 
 import torch
@@ -106,7 +108,10 @@ def _route_check(ctx: Ctx, x: torch.Tensor, counted: dict, schedule: str) -> dic
     return {"ok": ok and exp == got, "expected": exp, "counted": got, "table": table}
 
 
-def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int) -> dict:
+def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int, rounds: int = 1) -> dict:
+    """One (model, M, schedule): every mode captured ``rounds`` times, interleaved (none, then each mode,
+    per round); the median capture counts. One capture is not enough in the overlapped region: now and then a
+    capture's replays run 5-20% slower than the same step captured again (docs/benchmarks/README.md)."""
     from sglang_fp32gemm import routing
 
     spec = ctx.spec
@@ -117,68 +122,77 @@ def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int) -> dict:
                            "add_per_layer_us": {}, "rel_err": {}, "allclose": {}, "kernel": {}, "note": {}}
     if schedule == "overlapped" and region.schedule_for(m, bench.device) == "serial":
         rec["note"]["schedule"] = f"SGLang runs M={m} serially on this device (above its multi-stream limit)"
-    modes = _fp32_modes(bench, ctx, m, rec)
+    modes = {name: gemm for name, gemm in _fp32_modes(bench, ctx, m, rec).items() if name == "none" or gemm}
     steps = region.Steps(spec, ctx.plans[schedule], ctx.weights, x, ctx.streams)
-
-    def timed(name: str, gemm, before=None) -> Optional[tuple[float, list]]:
-        try:
-            return bench.timer.step(steps.of(gemm), replays, before_capture=before)
-        except Exception as e:  # one failing mode is a note, not the end of the run
-            rec["note"][name] = f"raised {type(e).__name__}: {str(e)[:200]}"
-            return None
-
-    bases = [timed("none", None)]
-    for name, gemm in modes.items():
-        if gemm is None:
-            continue
-        router = routing.get_router()
-        got = timed(name, gemm, router.reset_counters if name == "routed" else None)
-        if got is None:
-            continue
-        if name == "routed":
-            rec["route_check"] = _route_check(ctx, x, router.counters(), schedule)
-        t, outs = got
-        rec["step_us"][name] = round(t, 2)
-        worst, close = 0.0, True
-        for o, (layer, op) in zip(outs, steps.where):
-            r = exactness.measure(o, exactness.reference(x, ctx.weights[layer][op]))
-            worst, close = max(worst, r.rel_err), close and r.ok
-        rec["rel_err"][name], rec["allclose"][name] = worst, close
-        steps.release()
-    bases.append(timed("none", None))
-    steps.release()
-    if None in bases:
-        return rec
-    rec["base_step_us"] = [round(b[0], 2) for b in bases]
-    base = sum(b[0] for b in bases) / 2
-    rec["step_us"] = {"none": round(base, 2), **rec["step_us"]}
-    for name, t in rec["step_us"].items():
-        if name != "none":
-            rec["add_per_layer_us"][name] = round((t - base) / L, 3)
+    times: dict[str, list[float]] = {name: [] for name in modes}
+    router = routing.get_router()
+    for _ in range(rounds):
+        for name in list(times):
+            try:
+                t, outs = bench.timer.step(steps.of(modes[name]), replays,
+                                           before_capture=router.reset_counters if name == "routed" else None)
+            except Exception as e:  # one failing mode is a note, not the end of the run
+                rec["note"][name] = f"raised {type(e).__name__}: {str(e)[:200]}"
+                del times[name]
+                steps.release()
+                if name == "none":
+                    return rec  # nothing is added to a step that was not timed
+                continue
+            times[name].append(t)
+            if name == "routed":
+                check = _route_check(ctx, x, router.counters(), schedule)
+                if rec.get("route_check", {}).get("ok", True):  # a failing round's check stays
+                    rec["route_check"] = check
+            if name != "none":
+                _check_outputs(rec, name, outs, steps.where, x, ctx.weights)
+            steps.release()
+    rec["rounds_step_us"] = {name: [round(t, 2) for t in ts] for name, ts in times.items()}
+    base = statistics.median(times.pop("none"))
+    rec["step_us"] = {"none": round(base, 2), **{name: round(statistics.median(ts), 2) for name, ts in times.items()}}
+    rec["add_per_layer_us"] = {name: round((statistics.median(ts) - base) / L, 3) for name, ts in times.items()}
     return rec
+
+
+def _check_outputs(rec: dict, name: str, outs: list, where: list, x: torch.Tensor, weights: list) -> None:
+    """Every fp32 output against float64; the worst over the mode's captures is kept."""
+    worst, close = rec["rel_err"].get(name, 0.0), rec["allclose"].get(name, True)
+    for o, (layer, op) in zip(outs, where):
+        r = exactness.measure(o, exactness.reference(x, weights[layer][op]))
+        worst, close = max(worst, r.rel_err), close and r.ok
+    rec["rel_err"][name], rec["allclose"][name] = worst, close
 
 
 # -- what is written and printed ---------------------------------------------------------------
 def line(r: dict) -> str:
     adds = " ".join(f"{c}={v:.2f}" for c, v in r["add_per_layer_us"].items())
     chk = r.get("route_check", {}).get("ok")
+    spread = spread_pct(r)
     return (f"{r['model']} M={r['M']} {r['schedule']} base {r['step_us'].get('none', '-')} us; added per layer: "
-            f"{adds}" + ("" if chk is None else f"; routed as the table says: {chk}"))
+            f"{adds}" + ("" if spread is None else f"; captures spread {spread:.1f}%")
+            + ("" if chk is None else f"; routed as the table says: {chk}"))
+
+
+def spread_pct(r: dict) -> Optional[float]:
+    """The widest spread of one mode's captures, (slowest - fastest) / fastest in %; None with one capture."""
+    rounds = [ts for ts in r.get("rounds_step_us", {}).values() if len(ts) > 1]
+    return max((100 * (max(ts) - min(ts)) / min(ts) for ts in rounds), default=None)
 
 
 def markdown(results: list[dict]) -> str:
     cols = report.col_names([{"us": r["add_per_layer_us"]} for r in results], ("torch", "routed"))
     lines = ["# Region: what the fp32 GEMMs add per decode layer (us)", "",
              "A model of SGLang 0.5.23's DeepSeek-V4 decode attention-prepare region (docs/benchmarks/README.md): "
-             "every layer its own weights, one CUDA graph per step; added per layer = (step - step without the "
-             "fp32 GEMMs) / layers. Overlapped: SGLang's side streams (bs <= 64 on Hopper); serial: one stream.", "",
-             "| model | M | schedule | base step us | " + " | ".join(cols) + " | routed as the table says |",
-             "|" + "---|" * (len(cols) + 5)]
+             "every layer its own weights, one CUDA graph per step, each step captured several times (interleaved "
+             "with the other modes; the median capture counts); added per layer = (step - step without the "
+             "fp32 GEMMs) / layers. Overlapped: SGLang's side streams (bs <= 64 on Hopper); serial: one stream. "
+             "Spread: the widest of one mode's captures, (slowest - fastest) / fastest.", "",
+             "| model | M | schedule | base step us | " + " | ".join(cols) + " | spread % | routed as the table says |",
+             "|" + "---|" * (len(cols) + 6)]
     for r in results:
         chk = r.get("route_check", {}).get("ok")
         lines.append(f"| {r['model']} | {r['M']} | {r['schedule']} | {report.fmt(r['step_us'].get('none'))} | "
                      + " | ".join(report.fmt(r["add_per_layer_us"].get(c), 2) for c in cols)
-                     + f" | {'-' if chk is None else chk} |")
+                     + f" | {report.fmt(spread_pct(r), 1)} | {'-' if chk is None else chk} |")
     kernels: dict[str, set] = {}
     for r in results:
         for c, per_n in r.get("kernel", {}).items():
