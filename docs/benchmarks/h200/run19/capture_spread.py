@@ -4,9 +4,10 @@ Two sources, both from the H200 runs under docs/benchmarks/h200/:
 - ``joint`` records (runs 12-14) time every subset in 3 interleaved rounds, each a fresh capture of the same
   step in the same process: the spread of one subset's rounds is capture-to-capture variation.
 - ``bench --region`` records before run 19 captured the step without fp32 GEMMs twice (first and last,
-  ``base_step_us``): the two are the same step in the same process.
+  ``base_step_us``): the two are the same step in the same process. From run 19 on, every mode is captured
+  in rounds (``rounds_step_us``), read as joint's are.
 
-    python3 docs/benchmarks/h200/run19/capture_spread.py
+    python3 docs/benchmarks/h200/run19/capture_spread.py [FILE.json ...]   (default: every committed run)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import collections
 import glob
 import json
 import os
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 H200 = os.path.dirname(HERE)
@@ -25,16 +27,17 @@ def _rel(path: str) -> str:
     return os.path.relpath(path, H200)
 
 
-def joint() -> None:
+def rounds(paths: list[str], title: str) -> None:
+    """Sets of interleaved captures of one step (joint's, and bench --region's from run 19 on)."""
     by_schedule = collections.Counter()
     slow_sets = collections.Counter()
     positions = collections.Counter()
     extra = []
-    for path in sorted(glob.glob(os.path.join(H200, "run1*", "joint_*.json"))):
-        if "invalid" in path:
-            continue
-        for r in json.load(open(path))["results"]:
-            for name, ts in r["rounds_step_us"].items():
+    for path in paths:
+        for r in json.load(open(path)).get("results", []):
+            for name, ts in r.get("rounds_step_us", {}).items():
+                if len(ts) < 2:
+                    continue
                 by_schedule[r["schedule"]] += 1
                 lo = min(ts)
                 slow = [i for i, t in enumerate(ts) if t > lo * (1 + SLOW)]
@@ -42,7 +45,9 @@ def joint() -> None:
                     slow_sets[r["schedule"]] += 1
                     positions[tuple(slow)] += 1
                     extra += [(ts[i] - lo) / lo for i in slow]
-    print("joint (runs 12c, 13b, 14a, 14b): sets of 3 captures of one step, by schedule")
+    if not by_schedule:
+        return
+    print(f"{title}: sets of interleaved captures of one step, by schedule")
     for s, n in sorted(by_schedule.items()):
         print(f"  {s}: {n} sets, {slow_sets[s]} with a capture > {SLOW:.0%} above the fastest")
     print(f"  which rounds were slow: {dict(positions)}")
@@ -71,5 +76,11 @@ def bench_bases() -> None:
 
 
 if __name__ == "__main__":
-    joint()
-    bench_bases()
+    if sys.argv[1:]:
+        rounds(sys.argv[1:], "the files named")
+    else:
+        rounds([p for p in sorted(glob.glob(os.path.join(H200, "run1*", "joint_*.json"))) if "invalid" not in p],
+               "joint (runs 12c, 13b, 14a, 14b)")
+        rounds(sorted(glob.glob(os.path.join(H200, "run19", "**", "bench_region*.json"), recursive=True)),
+               "bench --region, run 19 on")
+        bench_bases()
