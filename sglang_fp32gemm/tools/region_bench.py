@@ -108,10 +108,10 @@ def _route_check(ctx: Ctx, x: torch.Tensor, counted: dict, schedule: str) -> dic
     return {"ok": ok and exp == got, "expected": exp, "counted": got, "table": table}
 
 
-def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int, rounds: int = 1) -> dict:
+def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int, rounds: int) -> dict:
     """One (model, M, schedule): every mode captured ``rounds`` times, interleaved (none, then each mode,
-    per round); the median capture counts. One capture is not enough in the overlapped region: now and then a
-    capture's replays run 5-20% slower than the same step captured again (docs/benchmarks/README.md)."""
+    per round); the median capture counts. One capture is not enough in the overlapped region: about one in nine
+    runs 3-28% slower than the same step captured again (H200; docs/benchmarks/README.md, "Slow captures")."""
     from sglang_fp32gemm import routing
 
     spec = ctx.spec
