@@ -214,15 +214,16 @@ class SlowCaptureTimer(StepTimer):
 
 
 def test_bench_region_counts_the_median_capture_of_interleaved_rounds(tmp_path, capsys, fake_router):
-    # 5 rounds of (none, torch, routed): captures 1 (none), 5 (torch) and 9 (routed) are slow, one each
+    # 5 rounds, each starting one mode later: (none, torch, routed), (torch, routed, none), (routed, none, torch), ...
+    # captures 1 (none, round 1), 5 (routed, round 2) and 9 (torch, round 3) are slow
     timer = SlowCaptureTimer(slow={1, 5, 9})
     argv = ["--region", "--region-model", "tiny", "--region-m", "1", "--region-schedule", "overlapped",
             "--region-rounds", "5", "--out-dir", str(tmp_path)]
     assert bench.main(argv, backends=[], device=torch.device("cpu"), timer=timer) == 0
     r = json.load(open(tmp_path / "bench_region.json"))["results"][0]
     assert timer.steps == 5 * 3
-    assert r["rounds_step_us"] == {"none": [150.0] + [100.0] * 4, "torch": [112.0, 162.0, 112.0, 112.0, 112.0],
-                                   "routed": [112.0, 112.0, 162.0, 112.0, 112.0]}
+    assert r["rounds_step_us"] == {"none": [150.0] + [100.0] * 4, "torch": [112.0, 112.0, 162.0, 112.0, 112.0],
+                                   "routed": [112.0, 162.0, 112.0, 112.0, 112.0]}
     assert r["step_us"] == {"none": 100.0, "torch": 112.0, "routed": 112.0}
     assert r["add_per_layer_us"] == {"torch": 4.0, "routed": 4.0}
     assert r["route_check"]["ok"] and all(r["allclose"].values())

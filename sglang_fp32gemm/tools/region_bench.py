@@ -5,7 +5,8 @@ median of replays), for each fp32 mode: ``none`` (the GEMMs removed: the base), 
 (torch.mm out_dtype fp32), ``routed`` (``routing.linear_bf16_fp32``), each available backend
 alone at its tuned config for every fp32 shape (``Bench.columns``), and vLLM's ll_bf16 at the
 best config of a small sweep when importable (tools/vllm_peer.py). Each mode is captured
-``--region-rounds`` times, interleaved with the others; its median capture counts. Added per
+``--region-rounds`` times, interleaved with the others (each round starts one mode later);
+its median capture counts. Added per
 layer = (step - base) / layers. Every fp32 output of each capture's last replay is checked
 against float64 (``exactness``). In ``routed`` mode the router's counters, reset after the
 eager warm-up and read after each capture, must show every captured call on the kernel the
@@ -109,8 +110,8 @@ def _route_check(ctx: Ctx, x: torch.Tensor, counted: dict, schedule: str) -> dic
 
 
 def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int, rounds: int) -> dict:
-    """One (model, M, schedule): every mode captured ``rounds`` times, interleaved (none, then each mode,
-    per round); the median capture counts. One capture is not enough in the overlapped region: about one in nine
+    """One (model, M, schedule): every mode captured ``rounds`` times, interleaved (each round every mode once,
+    starting one mode later than the round before); the median capture counts. One capture is not enough in the overlapped region: about one in nine
     runs 3-28% slower than the same step captured again (H200; docs/benchmarks/README.md, "Slow captures")."""
     from sglang_fp32gemm import routing
 
@@ -126,8 +127,11 @@ def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int, rounds: int) -
     steps = region.Steps(spec, ctx.plans[schedule], ctx.weights, x, ctx.streams)
     times: dict[str, list[float]] = {name: [] for name in modes}
     router = routing.get_router()
-    for _ in range(rounds):
-        for name in list(times):
+    for i in range(rounds):
+        names = list(times)
+        # Each round starts one mode later, so that no mode always holds the same place in the sequence
+        # of captures (the slow captures of runs 13b-18b repeated where the sequence did).
+        for name in names[i % len(names):] + names[:i % len(names)]:
             try:
                 t, outs = bench.timer.step(steps.of(modes[name]), replays,
                                            before_capture=router.reset_counters if name == "routed" else None)
