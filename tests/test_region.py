@@ -17,7 +17,7 @@ import torch
 from fakes.fake_backends import FAKE_KERNEL, ExactFake, FakeCfg, fake_table, make_router
 from sglang_fp32gemm import exactness, routing
 from sglang_fp32gemm.backends import torch_ref
-from sglang_fp32gemm.tools import bench, region
+from sglang_fp32gemm.tools import bench, region, timing
 
 B, F = region.GEMM_BF16, region.GEMM_FP32
 MAIN, KV, COMP, IDX, IDX_Q, IDX_W = region.MAIN, region.KV, region.COMPRESSOR, region.INDEXER, \
@@ -230,6 +230,12 @@ def test_bench_region_counts_the_median_capture_of_interleaved_rounds(tmp_path, 
     md = (tmp_path / "bench_region.md").read_text()
     assert "| 50.0 |" in md  # the widest spread of a mode's captures, in %
     assert "captures spread 50.0%" in capsys.readouterr().out
+
+
+def test_rotated_rounds_start_one_label_later_each_round():
+    assert "".join(timing.rotated_rounds("abc", 4)) == "abc" "bca" "cab" "abc"
+    assert list(timing.rotated_rounds({"none": 1, "torch": 2}, 2)) == ["none", "torch", "torch", "none"]
+    assert list(timing.rotated_rounds([], 3)) == []
 
 
 def test_route_check_fails_when_a_call_is_not_where_the_table_says(tmp_path, fake_router, monkeypatch):

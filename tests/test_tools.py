@@ -391,7 +391,8 @@ def test_rank_region_times_the_finalists_in_the_region_model_of_the_shape(tmp_pa
     t = tuner.Tuner([f.backend], torch.device("cpu"), f.timer, log, top=3, rank=rank, torch_fn=f.torch_fn)
     r = t.shape(m, 128, 64, [m], tuner.gather_candidates([f.backend], m, 128, 64, [m], {}, log))
     assert (r.fast.kernel, r.fast.us, r.torch_us) == ("plain_b", 3.0, 8.0)
-    assert f.steps == [0, 1, 1, 1, 1] * 3  # 3 rounds of: none, torch, the 3 finalists; 1 call each
+    # 3 rounds of none, torch and the 3 finalists (1 call each), each round starting one later
+    assert f.steps == [0, 1, 1, 1, 1] + [1, 1, 1, 1, 0] + [1, 1, 1, 0, 1]
     lines = log_lines(tmp_path / "log.jsonl")
     ranked = {x["kernel"]: (x["us"], x["setting"]) for x in lines if x.get("phase") == rank and "kernel" in x}
     assert ranked == {c: (CostedFakes.COST[c], f"region:tiny:{schedule}") for c in ("plain_a", "plain_b", "plain_c")}

@@ -121,15 +121,14 @@ def measure(ctx: Ctx, m: int, rounds: int, replays: int, min_gain: float
     times: dict = {s: [] for s in [None] + subs}
     router = routing.get_router()
     fell: dict[str, dict[str, int]] = {}
-    for _ in range(rounds):
-        for s in times:
-            # Counters reset after the eager warm-up: a routed call captured on torch is a fallback.
-            t, _ = ctx.timer.step(steps.of(None if s is None else gemm[s]), replays,
-                                  before_capture=router.reset_counters if s else None)
-            times[s].append(t)
-            bad = {f"{r}:{d}": c for (r, d), c in router.counters().items() if r == "torch"} if s else {}
-            if bad:
-                fell.setdefault(_name(s), bad)
+    for s in timing.rotated_rounds(times, rounds):
+        # Counters reset after the eager warm-up: a routed call captured on torch is a fallback.
+        t, _ = ctx.timer.step(steps.of(None if s is None else gemm[s]), replays,
+                              before_capture=router.reset_counters if s else None)
+        times[s].append(t)
+        bad = {f"{r}:{d}": c for (r, d), c in router.counters().items() if r == "torch"} if s else {}
+        if bad:
+            fell.setdefault(_name(s), bad)
     steps.release()
     base = statistics.median(times.pop(None))
     added = {s: (statistics.median(t) - base) / spec.layers for s, t in times.items()}

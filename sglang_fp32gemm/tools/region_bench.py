@@ -24,7 +24,7 @@ import torch
 
 from sglang_fp32gemm import exactness
 from sglang_fp32gemm.tools import bench_report as report
-from sglang_fp32gemm.tools import region
+from sglang_fp32gemm.tools import region, timing
 from sglang_fp32gemm.tools.bench_measure import PEER
 
 DEFAULT_M = "1,2,4,8,16,32,64"
@@ -110,8 +110,8 @@ def _route_check(ctx: Ctx, x: torch.Tensor, counted: dict, schedule: str) -> dic
 
 
 def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int, rounds: int) -> dict:
-    """One (model, M, schedule): every mode captured ``rounds`` times, interleaved (each round every mode once,
-    starting one mode later than the round before); the median capture counts. One capture is not enough in the overlapped region: about one in nine
+    """One (model, M, schedule): every mode captured ``rounds`` times, interleaved (``timing.rotated_rounds``);
+    the median capture counts. One capture is not enough in the overlapped region: about one in nine
     runs 3-28% slower than the same step captured again (H200; docs/benchmarks/README.md, "Slow captures")."""
     from sglang_fp32gemm import routing
 
@@ -127,29 +127,27 @@ def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int, rounds: int) -
     steps = region.Steps(spec, ctx.plans[schedule], ctx.weights, x, ctx.streams)
     times: dict[str, list[float]] = {name: [] for name in modes}
     router = routing.get_router()
-    for i in range(rounds):
-        names = list(times)
-        # Each round starts one mode later, so that no mode always holds the same place in the sequence
-        # of captures (the slow captures of runs 13b-18b repeated where the sequence did).
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            try:
-                t, outs = bench.timer.step(steps.of(modes[name]), replays,
-                                           before_capture=router.reset_counters if name == "routed" else None)
-            except Exception as e:  # one failing mode is a note, not the end of the run
-                rec["note"][name] = f"raised {type(e).__name__}: {str(e)[:200]}"
-                del times[name]
-                steps.release()
-                if name == "none":
-                    return rec  # nothing is added to a step that was not timed
-                continue
-            times[name].append(t)
-            if name == "routed":
-                check = _route_check(ctx, x, router.counters(), schedule)
-                if rec.get("route_check", {}).get("ok", True):  # a failing round's check stays
-                    rec["route_check"] = check
-            if name != "none":
-                _check_outputs(rec, name, outs, steps.where, x, ctx.weights)
+    for name in timing.rotated_rounds(modes, rounds):
+        if name not in times:
+            continue  # raised in an earlier round
+        try:
+            t, outs = bench.timer.step(steps.of(modes[name]), replays,
+                                       before_capture=router.reset_counters if name == "routed" else None)
+        except Exception as e:  # one failing mode is a note, not the end of the run
+            rec["note"][name] = f"raised {type(e).__name__}: {str(e)[:200]}"
+            del times[name]
             steps.release()
+            if name == "none":
+                return rec  # nothing is added to a step that was not timed
+            continue
+        times[name].append(t)
+        if name == "routed":
+            check = _route_check(ctx, x, router.counters(), schedule)
+            if rec.get("route_check", {}).get("ok", True):  # a failing round's check stays
+                rec["route_check"] = check
+        if name != "none":
+            _check_outputs(rec, name, outs, steps.where, x, ctx.weights)
+        steps.release()
     rec["rounds_step_us"] = {name: [round(t, 2) for t in ts] for name, ts in times.items()}
     base = statistics.median(times.pop("none"))
     rec["step_us"] = {"none": round(base, 2), **{name: round(statistics.median(ts), 2) for name, ts in times.items()}}

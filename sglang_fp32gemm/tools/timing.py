@@ -16,11 +16,12 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence, TypeVar
 
 import torch
 
 Fn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+T = TypeVar("T")
 
 #: The serial decode chain of ``bench --decode-seq`` and ``tune --rank chain``: per layer a bf16
 #: linear of N=CHAIN_N1 on x, the fp32 call, a bf16 linear of N=CHAIN_N2; every layer its own weights.
@@ -54,6 +55,18 @@ def chain_step(x: torch.Tensor, weights: dict[str, list[torch.Tensor]],
         return outs
 
     return step
+
+
+def rotated_rounds(labels: Sequence[T], rounds: int) -> Iterator[T]:
+    """The order in which region steps are captured when their medians are compared (``bench --region``,
+    ``joint``, ``tune --rank region/serial``): each label once a round, each round starting one label
+    later, so that no label keeps one place in the sequence of captures (H200: a capture of the overlapped
+    region now and then runs 3-28% slow, and in runs 13b-18b the slow ones repeated where the sequence did;
+    docs/benchmarks/README.md, "Slow captures")."""
+    labels = list(labels)
+    for i in range(rounds):
+        j = i % len(labels) if labels else 0
+        yield from labels[j:] + labels[:j]
 
 
 def _replay_median_us(graph: "torch.cuda.CUDAGraph", replays: int) -> float:

@@ -181,8 +181,9 @@ class Tuner:
         """(torch's, the finalists re-ranked by) us each call adds in ``setting``; all logged.
 
         Each round times the step without the calls, with torch's and with every finalist's,
-        interleaved; the medians over ``rounds`` rounds are compared, because the overlapped
-        region varies by more than the differences between kernels from one graph to the next.
+        interleaved (``timing.rotated_rounds``); the medians over ``rounds`` rounds are compared,
+        because the overlapped region varies by more than the differences between kernels from one
+        graph to the next.
         """
         where = self.setting(m, n, k, x)
         fns = {"": None, "torch": self.torch_fn}
@@ -192,17 +193,18 @@ class Tuner:
             except Exception as e:
                 self._rec(c, m, n, k, phase=self.rank, status="error", error=f"{type(e).__name__}: {str(e)[:300]}")
         times: dict[str, list[float]] = {label: [] for label in fns}
-        for _ in range(self.rounds):
-            for label in list(times):
-                self.budget.check()
-                try:
-                    times[label].append(self.timer.step(where.step(fns[label]), self.final_replays)[0])
-                except Exception as e:
-                    if not label:
-                        raise  # the step without the calls: nothing can be ranked
-                    del times[label]
-                    self.log.write(event="candidate", phase=self.rank, status="error", M=m, N=n, K=k, kernel=label,
-                                   error=f"{type(e).__name__}: {str(e)[:300]}")
+        for label in timing.rotated_rounds(fns, self.rounds):
+            if label not in times:
+                continue  # raised in an earlier round
+            self.budget.check()
+            try:
+                times[label].append(self.timer.step(where.step(fns[label]), self.final_replays)[0])
+            except Exception as e:
+                if not label:
+                    raise  # the step without the calls: nothing can be ranked
+                del times[label]
+                self.log.write(event="candidate", phase=self.rank, status="error", M=m, N=n, K=k, kernel=label,
+                               error=f"{type(e).__name__}: {str(e)[:300]}")
         base = statistics.median(times.pop(""))
 
         def added(label: str) -> float:
