@@ -274,19 +274,25 @@ def run_python(script: str, *args: str, timeout: float = 240, env: dict | None =
                           timeout=timeout, env=env or subprocess_env(), cwd=cwd or str(REPO_ROOT))
 
 
-def cutedsl_ptx(tmp_path: Path, module: str, config_class: str, kernel_name: str, n: int, k: int) -> str:
-    """The PTX of ``module.compile_kernel(config_class.parse(kernel_name), n, k)``, compiled for sm_90a on this
-    CPU in a child process (the CuTe DSL's MLIR libraries must stay out of the pytest worker: FlyDSL's compile
-    tests load their own there); skips where the CuTe DSL or TVM-FFI is not installed (looked up, not imported)."""
+def cutedsl_child(code: str, **env: str) -> str:
+    """Run ``code`` in a child process (the CuTe DSL's MLIR libraries must stay out of the pytest worker:
+    FlyDSL's compile tests load their own there) and return its stdout; skips where the CuTe DSL or TVM-FFI
+    is not installed (looked up, not imported)."""
     for mod, dist in (("cutlass", "nvidia-cutlass-dsl"), ("tvm_ffi", "apache-tvm-ffi")):
         if importlib.util.find_spec(mod) is None:
             pytest.skip(f"{dist} is not installed: the kernel cannot be compiled here")
-    code = (f"from {module} import {config_class}, compile_kernel\n"
-            f"compile_kernel({config_class}.parse({kernel_name!r}), {n}, {k})\n")
-    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path),
-               PYTHONPATH=str(REPO_ROOT))
-    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), **env),
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout
+
+
+def cutedsl_ptx(tmp_path: Path, module: str, config_class: str, kernel_name: str, n: int, k: int) -> str:
+    """The PTX of ``module.compile_kernel(config_class.parse(kernel_name), n, k)``, compiled for sm_90a on this
+    CPU in a child process (``cutedsl_child``)."""
+    cutedsl_child(f"from {module} import {config_class}, compile_kernel\n"
+                  f"compile_kernel({config_class}.parse({kernel_name!r}), {n}, {k})\n",
+                  CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path))
     (ptx,) = tmp_path.glob("*.ptx")
     return ptx.read_text()
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import cutedsl_ptx
+from conftest import cutedsl_child, cutedsl_ptx
 from sglang_fp32gemm import exactness
 from sglang_fp32gemm.backends import all_backends, default_backends, parsers
 from sglang_fp32gemm.backends.cutedsl_dot import MAX_W_VECTORS, CuteDSLDotBackend, DotConfig
@@ -83,6 +83,30 @@ def test_candidates_only_at_m_1_2_4_and_every_one_takes_the_shape():
     assert {(c.threads, c.rows) for c in b.candidates(1, 512, 7168)} == {
         (64, 1), (64, 2), (128, 1), (128, 2), (128, 4), (224, 1), (224, 2), (224, 4), (448, 1), (448, 2), (448, 4),
         (896, 1), (896, 2), (896, 4)}
+
+
+_SIZES_AGREE = """
+import math
+from sglang_fp32gemm.backends import cutedsl_dot
+from sglang_fp32gemm.backends.cutedsl_dot_kernel import DotKernel
+cutedsl_dot.sm90_or_later = lambda: True  # the PDL forms too
+b, seen, bad = cutedsl_dot.CuteDSLDotBackend(), set(), []
+for n, k in ((512, 7168), (1024, 7168), (2048, 7168), (2560, 7168), (1024, 4096), (512, 5120)):
+    for m in (1, 2, 4):
+        for c in b.candidates(m, n, k):
+            if (c, n, k) not in seen:
+                seen.add((c, n, k))
+                if math.prod(DotKernel(n, k, c.threads, c.rows, c.max_m, c.pdl, cutedsl_dot.VEC).grid) != c.ctas(n):
+                    bad.append((c.name, n, k))
+print(len(seen), len(bad), bad[:5])
+"""
+
+
+def test_every_candidates_launch_is_the_configs_own():
+    """The CTAs the tuner reads from a config are what its kernel launches, for every form offered at six
+    DSv4 shapes (kernel objects built in a child, not compiled)."""
+    count, bad, first = cutedsl_child(_SIZES_AGREE).split(" ", 2)
+    assert int(count) > 50 and bad == "0", first
 
 
 def test_the_order_reference_is_an_exact_fp32_product():

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cutedsl_ptx
+from conftest import cutedsl_child, cutedsl_ptx
 from sglang_fp32gemm.backends import default_backends, parsers
 from sglang_fp32gemm.backends.cutedsl_mma import MAX_STAGE_BYTES, MAX_VECTORS, CuteDSLMmaBackend, MmaConfig
 
@@ -101,6 +101,32 @@ def test_candidates_only_at_m_3_to_32_and_every_one_takes_the_shape():
     assert {(c.staged, c.depth) for c in b.candidates(8, 1024, 7168)} == {(False, 0), (True, 0), (False, 4),
                                                                             (False, 8)}
     assert not any(c.pdl for c in b.candidates(8, 1024, 7168))
+
+
+_SIZES_AGREE = """
+import math
+from sglang_fp32gemm.backends import cutedsl_mma
+from sglang_fp32gemm.backends.cutedsl_mma_kernel import MmaKernel
+cutedsl_mma.sm90_or_later = lambda: True  # the PDL forms too
+b, seen, bad = cutedsl_mma.CuteDSLMmaBackend(), set(), []
+for n, k in ((512, 7168), (1024, 7168), (2048, 7168), (2560, 7168), (1024, 4096), (512, 5120)):
+    for m in range(3, 33):
+        for c in b.candidates(m, n, k):
+            if (c, n, k) in seen:
+                continue
+            seen.add((c, n, k))
+            kern = MmaKernel(n, k, c.warps, c.rg, c.max_m // 8, c.cs, c.pdl, c.staged, c.depth)
+            if math.prod(kern.grid) != c.ctas(n) or kern.stage_bytes != c.stage_bytes(k):
+                bad.append((c.name, n, k))
+print(len(seen), len(bad), bad[:5])
+"""
+
+
+def test_every_candidates_launch_and_staging_are_the_configs_own():
+    """What the tuner reads from a config (CTAs a call launches, bytes staged a CTA) is what its kernel
+    launches, for every form offered at six DSv4 shapes (kernel objects built in a child, not compiled)."""
+    count, bad, first = cutedsl_child(_SIZES_AGREE).split(" ", 2)
+    assert int(count) > 1000 and bad == "0", first
 
 
 def _compile_and_read_ptx(tmp_path: Path, cfg: MmaConfig, n: int, k: int) -> str:

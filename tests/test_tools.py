@@ -402,6 +402,24 @@ def test_rank_region_times_the_finalists_in_the_region_model_of_the_shape(tmp_pa
     assert torch_lines[-1]["setting"] == "chain"
 
 
+def test_rank_region_offers_each_backends_lightest_launches(tmp_path, monkeypatch):
+    """Alone a wide form (256 CTAs) is fastest; beside the other streams a light one (32 CTAs, slowest
+    alone) adds least. With top=1 only the lightest-launch offering makes it a finalist, and it wins."""
+    monkeypatch.setattr(region, "spec_for", lambda n, k: region.MODELS["tiny"] if (n, k) == (128, 64) else None)
+    f = CostedFakes(only_w=(128, 64))
+    f.COST = {**CostedFakes.COST, "wide": 9.5, "light": 1.0}
+    lite = type(f.backend)("lite", "cutedsl", {"wide": 2.0, "light": 8.0})
+    sizes = {"wide": 256, "light": 32}
+    lite.ctas = lambda cfg, m, n, k: sizes[cfg.name]
+    log = common.JsonLog(str(tmp_path / "log.jsonl"))
+    t = tuner.Tuner([f.backend, lite], torch.device("cpu"), f.timer, log, top=1, rank="region", torch_fn=f.torch_fn)
+    r = t.shape(8, 128, 64, [8], tuner.gather_candidates([f.backend, lite], 8, 128, 64, [8], {}, log))
+    assert (r.fast.backend, r.fast.kernel, r.fast.us) == ("lite", "light", 1.0)
+    ranked = {x["kernel"] for x in log_lines(tmp_path / "log.jsonl") if x.get("phase") == "region" and "kernel" in x}
+    # the fastest alone (wide), each backend's lightest (fast: one K split, so its fastest; lite: light)
+    assert ranked == {"wide", "plain_a", "light"}
+
+
 def test_eager_calls_get_the_fastest_eager_capable_kernel_alone_where_the_region_ranks_another(tmp_path, monkeypatch):
     """torch adds least in the region: the fast table's row is torch; the eager table's row is the
     fastest kernel alone whose backend launches cheaply outside a graph (not the slow-launch one)."""

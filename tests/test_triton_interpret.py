@@ -81,6 +81,7 @@ def test_check_shape_reasons_and_buffer_sizes():
     assert not ok and "K=7000" in why and "512" in why
     assert not be.supports(cfg, 0, 512, 7168)[0]
     assert cfg.grid(17, 512) == (16, 8, 2)
+    assert be.ctas(cfg, 17, 512, 7168) == 16 * 8 * 2  # what the region rank reads: the launch's CTAs
     assert cfg.workspace_floats(17, 512) == 8 * 2 * 16 * 512
     assert cfg.counters(17, 512) == 16 * 2
     assert SplitKConfig(16, 32, 64, 1, 4, 5).workspace_floats(17, 512) == 0
@@ -139,6 +140,7 @@ def test_epoch_shape_rules_grid_and_buffers():
         ok, why = be.supports(cfg, m, n, k)
         assert not ok and word in why, why
     assert cfg.grid(17, 1024) == (16 * 2 * 14,)
+    assert be.ctas(cfg, 17, 1024, 7168) == 16 * 2 * 14
     assert cfg.flags(1024) == 16 * (MAX_M // 16)
     assert be.deterministic(cfg) is False
     assert be.deterministic(EpochConfig(16, 64, 128, 1, 4, 4)) is True  # one split: a plain store

@@ -74,6 +74,11 @@ class Backend(abc.ABC):
         """Configs the tuner should time for this shape (default: none)."""
         return []
 
+    def ctas(self, cfg: Any, m: int, n: int, k: int) -> Optional[int]:
+        """Thread blocks one [m, k] x [n, k] call launches (how many SMs it can hold), None where not known.
+        The region rank offers each backend's lightest forms: beside other streams they can add less."""
+        return None
+
     def kernel_name(self, cfg: Any) -> str:
         """The kernelName that ``parse`` reads back to ``cfg`` (round trip)."""
         return cfg.name

@@ -38,12 +38,13 @@ class DotKernel:
         self.vec = vec
         self.iters = k // (vec * threads)
         self.warps = threads // 32
+        self.grid = (n // rows, 1, 1)             # a CTA for each `rows` rows of W
 
     @cute.jit
     def __call__(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor, stream):
         slots = self.rows * self.max_m
         self.kernel(x, w, out).launch(
-            grid=(self.n // self.rows, 1, 1), block=(self.threads, 1, 1),
+            grid=self.grid, block=(self.threads, 1, 1),
             smem=slots * self.warps * 4 + 16, stream=stream, use_pdl=self.pdl,
         )
 

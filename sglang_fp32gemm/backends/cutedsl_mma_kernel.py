@@ -67,11 +67,12 @@ class MmaKernel:
         self.per_step = rg * 2 + nt               # ring vectors of one step: W, then x
         self.stage_bytes = (self.wvecs * 16 * warps * 32 if staged else
                             depth * self.per_step * 16 * warps * 32 if depth else 0)
+        self.grid = (cs, n // (16 * rg), 1)       # a cluster of cs CTAs for each 16 x rg rows of W
 
     @cute.jit
     def __call__(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor, stream):
         self.kernel(x, w, out).launch(
-            grid=(self.cs, self.n // (16 * self.rg), 1), block=(self.warps * 32, 1, 1),
+            grid=self.grid, block=(self.warps * 32, 1, 1),
             cluster=(self.cs, 1, 1), smem=self.stage_bytes + (self.warps + 1) * self.tile * 4 + 64, stream=stream,
             use_pdl=self.pdl,
         )

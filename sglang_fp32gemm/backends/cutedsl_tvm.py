@@ -55,6 +55,9 @@ class TvmFfiBackend(Backend):
     def parse(self, kernel_name: str) -> Any:
         return self.config_class.parse(kernel_name)
 
+    def ctas(self, cfg: Any, m: int, n: int, k: int) -> int:
+        return cfg.ctas(n)  # each config class says it; its compile_kernel checks the kernel's grid
+
     def source_tag(self, cfg: Any) -> str:
         return file_source_tag(Path(__file__).parent / self.kernel_file, "nvidia-cutlass-dsl", "cutlass-dsl")
 

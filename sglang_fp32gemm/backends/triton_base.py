@@ -271,6 +271,10 @@ class TritonBackend(Backend):
     def buffers(self, cfg: TileConfig, device: torch.device, n: int) -> StreamBuffers:
         """The per-stream buffers a kernel bound for (cfg, device, N) launches with."""
 
+    def ctas(self, cfg: TileConfig, m: int, n: int, k: int) -> Optional[int]:
+        gx, gy, gz = self.plan(cfg, n)(m)[:3]
+        return gx * gy * gz
+
     # -- bind --------------------------------------------------------------------------------------
     def bind(self, cfg: TileConfig, device: torch.device, n: int, k: int) -> KernelFn:
         """Compile once for (cfg, device, N, K) and return the hot-path ``fn(x, w)``."""

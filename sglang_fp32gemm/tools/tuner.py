@@ -222,6 +222,20 @@ class Tuner:
         ranked.sort(key=lambda r: r[0])
         return torch_us, ranked
 
+    def lightest(self, screened: list, m: int, n: int, k: int) -> list:
+        """Per backend, the fastest alone of each of its ``top`` smallest launches: beside other streams a
+        kernel holding fewer SMs can add less where the isolated winners (many CTAs) cannot. A launch's size
+        is its CTAs where the backend says (``Backend.ctas``), else its K split."""
+        best: dict[tuple[str, int], tuple] = {}
+        for r in screened:  # fastest alone first
+            c = r[1]
+            size = c.backend.ctas(c.cfg, m, n, k)
+            best.setdefault((c.backend.name, common.split_k_of(c.cfg) if size is None else size), r)
+        out = []
+        for name in sorted({b for b, _ in best}):
+            out += [best[(name, s)] for s in sorted(s for b, s in best if b == name)[:self.top]]
+        return out
+
     def shape(self, m: int, n: int, k: int, bucket: list[int], cands: list[Candidate]) -> ShapeResult:
         x = exactness.random_bf16(m, k, device=self.device)
         weights = self.weights(n, k)
@@ -249,12 +263,7 @@ class Tuner:
         screened.sort(key=lambda r: r[0])
         finalists = screened[:self.top] + [r for r in screened if r[1].deterministic][:self.top]
         if self.rank == "region":
-            # Beside other streams a kernel with fewer CTAs can hide where the isolated winners
-            # (deep K splits) cannot: offer the best of each of the ``top`` smallest splits too.
-            by_split: dict[int, tuple] = {}
-            for r in screened:
-                by_split.setdefault(common.split_k_of(r[1].cfg), r)
-            finalists += [by_split[sk] for sk in sorted(by_split)[:self.top]]
+            finalists += self.lightest(screened, m, n, k)
         if self.rank != "isolated":
             # Replayed back to back alone, a PDL form overlaps its own previous launch, which it cannot
             # where SGLang runs it (run 17c: PDL forms of one backend filled every final place, and
