@@ -58,8 +58,8 @@ def chain_step(x: torch.Tensor, weights: dict[str, list[torch.Tensor]],
 
 
 def rotated_rounds(labels: Sequence[T], rounds: int) -> Iterator[T]:
-    """The order in which region steps are captured when their medians are compared (``bench --region``,
-    ``joint``, ``tune --rank region/serial``): each label once a round, each round starting one label
+    """The order in which steps are captured when their medians are compared (``bench --region``,
+    ``joint``, ``tune --rank chain/region/serial``): each label once a round, each round starting one label
     later, so that no label keeps one place in the sequence of captures (H200: a capture of the overlapped
     region now and then runs 3-28% slow, and in runs 13b-18b the slow ones repeated where the sequence did;
     docs/benchmarks/README.md, "Slow captures")."""
