@@ -1,0 +1,35 @@
+"""scripts/device_room.sh: what a device call does not read moves out of a clone's work tree and comes back whole."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from conftest import REPO_ROOT
+
+
+def _run(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), cwd=cwd, env={"PATH": "/usr/bin:/bin", **env}, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_out_keeps_what_device_scripts_read_and_back_restores_the_tree(tmp_path):
+    clone, room = tmp_path / "r", tmp_path / "room"
+    assert _run("git", "clone", "-q", str(REPO_ROOT), str(clone), cwd=tmp_path).returncode == 0
+    h200 = clone / "docs/benchmarks/h200"
+    before = {p.relative_to(clone) for p in h200.rglob("*") if p.is_file()}
+    out = _run("bash", "scripts/device_room.sh", "out", cwd=clone, DEVICE_ROOM=str(room))
+    assert out.returncode == 0, out.stderr
+    left = {p.relative_to(clone) for p in h200.rglob("*") if p.is_file()}
+    moved = before - left
+    assert moved and all(not p.name.endswith((".jsonl.gz", ".csv", ".sh", ".py")) for p in moved)
+    assert (h200 / "tune_log.jsonl.gz").exists() and (h200 / "run18/sm90_run17_rows.csv").exists()
+    runs = sorted((p.relative_to(clone) for p in h200.glob("run*") if p.is_dir()), key=lambda p: int(p.name[3:]))
+    newest = [p for p in before if p.parts[:4] in {r.parts for r in runs[-2:]}]
+    assert newest and all(p in left for p in newest)  # the newest two runs stay whole
+    again = _run("bash", "scripts/device_room.sh", "out", cwd=clone, DEVICE_ROOM=str(room))
+    assert again.returncode == 1 and "already out" in again.stderr
+    back = _run("bash", "scripts/device_room.sh", "back", cwd=clone, DEVICE_ROOM=str(room))
+    assert back.returncode == 0, back.stderr
+    assert {p.relative_to(clone) for p in h200.rglob("*") if p.is_file()} == before
+    assert _run("git", "status", "--porcelain", cwd=clone).stdout == ""
