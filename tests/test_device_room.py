@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -9,8 +10,8 @@ from conftest import REPO_ROOT
 
 
 def _run(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(list(args), cwd=cwd, env={"PATH": "/usr/bin:/bin", **env}, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(list(args), cwd=cwd, env=dict(os.environ, **env), capture_output=True, text=True,
+                          timeout=120)
 
 
 def test_out_keeps_what_device_scripts_read_and_back_restores_the_tree(tmp_path):
