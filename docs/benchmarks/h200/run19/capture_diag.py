@@ -1,5 +1,5 @@
 """Is a slow capture of the overlapped region slow for good (the graph instance) or for a while (the GPU's
-state at the time)? One CUDA device, a few seconds; writes JSON to the folder named (default $OUT or .).
+state at the time)? One CUDA device, about 15 s; writes JSON to the folder named (default $OUT or .).
 
     python3 docs/benchmarks/h200/run19/capture_diag.py [--model pro] [--m 4] [--graphs 6] [--replays 20] [OUTDIR]
 
@@ -9,6 +9,11 @@ passes replay every graph (median of ``--replays`` replays each): in capture ord
 capture order again. A graph slow in all three passes, wherever it stands in the pass, is a slow *instance*;
 slowness that follows a pass's position or time rather than the graph is the GPU's *state*. SM clocks
 (``torch.cuda.clock_rate``, needs pynvml) are recorded after each graph's replays where available.
+
+Two capture settings, each its own experiment: ``timer`` captures as tools/timing.py does (a fresh stream
+from torch's pool and a private memory pool per graph); ``sglang`` as SGLang's graph runner does (one
+capture stream and one memory pool shared by every graph). If only the first shows slow graphs, the timer
+should capture the way SGLang does.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ from sglang_fp32gemm import exactness  # noqa: E402
 from sglang_fp32gemm.tools import region, timing  # noqa: E402
 
 
-def capture(steps: region.Steps, gemm) -> torch.cuda.CUDAGraph:
-    """As timing.CudaTimer.step (warm-up twice on a side stream, then capture), keeping the graph."""
-    stream = torch.cuda.Stream()
+def capture(steps: region.Steps, gemm, stream=None, pool=None) -> tuple[torch.cuda.CUDAGraph, list]:
+    """As timing.CudaTimer.step (warm-up twice on the capture stream, then capture): (the graph, its outputs),
+    ``stream`` None: a fresh one from torch's pool; ``pool``: a shared memory pool handle (None: private)."""
+    stream = stream or torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(2):
@@ -39,10 +45,43 @@ def capture(steps: region.Steps, gemm) -> torch.cuda.CUDAGraph:
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        steps.of(gemm)()
+    with torch.cuda.graph(graph, pool=pool, stream=stream):
+        outs = steps.of(gemm)()
     torch.cuda.synchronize()
-    return graph
+    return graph, outs
+
+
+def experiment(steps: region.Steps, torch_gemm: dict, a, stream, pool) -> dict:
+    """Capture the graphs (kept), then the three passes: {"graphs": names, "passes": [...]}."""
+    graphs, keep = [], []
+    for i in range(a.graphs):
+        for mode, gemm in (("none", None), ("torch", torch_gemm)):
+            graph, outs = capture(steps, gemm, stream, pool)
+            graphs.append((f"{mode}{i}", graph))
+            # Every tensor the capture made lives as long as its graph: in a shared pool no later capture
+            # may take their memory.
+            keep.append((outs, steps.where, steps.keep))
+            steps.release()
+    order = list(range(len(graphs)))
+    passes = []
+    t0 = time.perf_counter()
+    for name, idx in (("forward", order), ("reverse", order[::-1]), ("forward again", order)):
+        rows = {}
+        for i in idx:
+            us = timing._replay_median_us(graphs[i][1], a.replays)
+            rows[graphs[i][0]] = {"us": round(us, 2), "at_s": round(time.perf_counter() - t0, 3), "sm_mhz": clock()}
+        passes.append({"pass": name, "graphs": rows})
+    del graphs, keep
+    return {"graphs": [g for g in passes[0]["graphs"]], "passes": passes}
+
+
+def show(title: str, r: dict) -> None:
+    print(f"{title}: step us per graph, three passes (forward, reverse, forward)")
+    for g in r["graphs"]:
+        print(f"  {g:8s} " + " ".join(f"{p['graphs'][g]['us']:9.2f}" for p in r["passes"]))
+    for mode in ("none", "torch"):
+        firsts = [r["passes"][0]["graphs"][g]["us"] for g in r["graphs"] if g.startswith(mode)]
+        print(f"  {mode}: median {statistics.median(firsts):.2f}, fastest {min(firsts):.2f}, slowest {max(firsts):.2f}")
 
 
 def clock() -> int | None:
@@ -70,33 +109,17 @@ def main() -> int:
     x = exactness.random_bf16(a.m, spec.hidden, device=dev)
     steps = region.Steps(spec, plans, weights, x, region.Streams(dev))
     torch_gemm = {n: timing.torch_fn(dev) for n, _ in region.fp32_shapes(spec)}
-    graphs, keep = [], []
-    for i in range(a.graphs):
-        for mode, gemm in (("none", None), ("torch", torch_gemm)):
-            graphs.append((f"{mode}{i}", mode, capture(steps, gemm)))
-            keep.append((steps.where, steps.keep))  # the captured tensors live as long as their graph
-            steps.release()
-    order = list(range(len(graphs)))
-    passes = []
-    t0 = time.perf_counter()
-    for name, idx in (("forward", order), ("reverse", order[::-1]), ("forward again", order)):
-        rows = {}
-        for i in idx:
-            us = timing._replay_median_us(graphs[i][2], a.replays)
-            rows[graphs[i][0]] = {"us": round(us, 2), "at_s": round(time.perf_counter() - t0, 3), "sm_mhz": clock()}
-        passes.append({"pass": name, "graphs": rows})
-    print(f"{a.model} M={a.m} overlapped: step us per graph, three passes (forward, reverse, forward)")
-    for gname, mode, _ in graphs:
-        vals = [p["graphs"][gname]["us"] for p in passes]
-        print(f"  {gname:8s} " + " ".join(f"{v:9.2f}" for v in vals))
-    for mode in ("none", "torch"):
-        firsts = [passes[0]["graphs"][g]["us"] for g, md, _ in graphs if md == mode]
-        print(f"  {mode}: median {statistics.median(firsts):.2f}, fastest {min(firsts):.2f}, slowest {max(firsts):.2f}")
+    results = {}
+    for setting in ("timer", "sglang"):
+        stream, pool = (torch.cuda.Stream(), torch.cuda.graph_pool_handle()) if setting == "sglang" else (None, None)
+        results[setting] = experiment(steps, torch_gemm, a, stream, pool)
+        show(f"{a.model} M={a.m} overlapped, capture setting {setting!r}", results[setting])
+        torch.cuda.synchronize()
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, f"capture_diag_{a.model}_m{a.m}.json")
     with open(path, "w") as f:
-        json.dump({"model": a.model, "M": a.m, "replays": a.replays, "graphs": [g for g, _, _ in graphs],
-                   "passes": passes, "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}, f, indent=1)
+        json.dump({"model": a.model, "M": a.m, "replays": a.replays, "settings": results,
+                   "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}, f, indent=1)
     print(f"wrote {path}")
     return 0
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Run 19 (device, from the repository root; carry .cutedsl .devsite .vllm_ll): the decode region again,
 # each mode now captured in interleaved rounds and its median capture counted (bench --region-rounds).
-#  0. capture_diag.py at V4-Pro M 4 and 8 (6 graphs of each of two modes kept, replayed in three passes):
-#     is a slow capture slow for good (the graph instance) or for a while (the GPU)? ~10 s. $OUT/diag/.
+#  0. capture_diag.py at V4-Pro M 4 and 8 (6 graphs of each of two modes kept, replayed in three passes;
+#     captured as the timer does, then as SGLang's graph runner does: one capture stream, one shared pool):
+#     is a slow capture slow for good (the graph instance) or for a while (the GPU), and does SGLang's way
+#     of capturing have them? ~30 s. $OUT/diag/.
 #  1. The A/B run 18 could not settle: V4-Pro overlapped at M 4 and 8, run 17's cutedsl-mma rows at
 #     N=1024 (A: run18/sm90_run17_rows.csv laid over the packaged tables) against the packaged rows
 #     (B: run18/sm90_before_17.csv, the same as packaged), 5 rounds, twice each way, alternating
@@ -19,7 +21,7 @@ eval "$(bash .cutedsl/cutedsl_carry.sh unpack .cutedsl /tmp/site)"
 eval "$(bash .vllm_ll/vllm_ll_carry.sh unpack .vllm_ll /tmp/llsite)"
 export PYTHONPATH=$PWD/.devsite:$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 for m in 4 8; do
-  timeout 60 python3 docs/benchmarks/h200/run19/capture_diag.py --m $m "$OUT/diag" 2>&1 | tail -n 16
+  timeout 90 python3 docs/benchmarks/h200/run19/capture_diag.py --m $m "$OUT/diag" 2>&1 | tail -n 34
 done
 R=docs/benchmarks/h200/run18
 for i in 1 2; do
