@@ -238,6 +238,37 @@ def test_rotated_rounds_start_one_label_later_each_round():
     assert list(timing.rotated_rounds([], 3)) == []
 
 
+def test_the_timer_captures_privately_or_as_sglang_does(monkeypatch):
+    """private: a fresh stream and no shared pool per graph; sglang: one stream and one pool for every graph."""
+    made = []
+    monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: made.append("stream") or object())
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: made.append("pool") or ("pool", len(made)))
+    private = timing.CudaTimer()
+    (s1, p1), (s2, p2) = private._capture_on(), private._capture_on()
+    assert s1 is not s2 and p1 is None and p2 is None
+    shared = timing.CudaTimer("sglang")
+    assert shared._capture_on() == shared._capture_on() and shared._capture_on()[1] is not None
+    assert made == ["stream", "stream", "stream", "pool"]
+    with pytest.raises(ValueError, match="one of private, sglang"):
+        timing.CudaTimer("shared")
+
+
+def test_bench_passes_the_capture_setting_to_its_timer_and_records_it(tmp_path, monkeypatch, fake_router):
+    made = []
+
+    class Recorder(StepTimer):
+        def __init__(self, capture="private"):
+            super().__init__()
+            self.capture = capture
+            made.append(capture)
+
+    monkeypatch.setattr(timing, "CudaTimer", Recorder)
+    argv = ["--region", "--region-model", "tiny", "--region-m", "1", "--region-schedule", "serial",
+            "--region-rounds", "1", "--capture", "sglang", "--out-dir", str(tmp_path)]
+    assert bench.main(argv, backends=[], device=torch.device("cpu")) == 0
+    assert made == ["sglang"] and json.load(open(tmp_path / "bench_region.json"))["capture"] == "sglang"
+
+
 def test_route_check_fails_when_a_call_is_not_where_the_table_says(tmp_path, fake_router, monkeypatch):
     from sglang_fp32gemm.tools import region_bench
 

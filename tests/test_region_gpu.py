@@ -18,13 +18,19 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available() or getattr(torch.version
 
 
 @cuda
-@pytest.mark.parametrize("model, ms, schedules", [("tiny", "1,4", "overlapped,serial"), ("flash", "1", "overlapped")])
-def test_region_captures_every_schedule_exactly_and_routes_as_the_table_says(tmp_path, model, ms, schedules):
+@pytest.mark.parametrize("model, ms, schedules, capture", [("tiny", "1,4", "overlapped,serial", "private"),
+                                                             ("tiny", "1,4", "overlapped", "sglang"),
+                                                             ("flash", "1", "overlapped", "private")])
+def test_region_captures_every_schedule_exactly_and_routes_as_the_table_says(tmp_path, model, ms, schedules, capture):
+    """In both capture settings: ``private`` (a fresh stream and memory pool per graph) and ``sglang`` (one
+    capture stream and one shared memory pool for every graph, as SGLang's graph runner)."""
     argv = ["--region", "--region-model", model, "--region-m", ms, "--region-schedule", schedules,
             "--region-replays", "5", "--region-rounds", "2", "--no-region-peer", "--workers", "0",
-            "--out-dir", str(tmp_path)]
+            "--capture", capture, "--out-dir", str(tmp_path)]
     assert bench.main(argv, backends=[]) == 0
-    rs = json.load(open(tmp_path / "bench_region.json"))["results"]
+    doc = json.load(open(tmp_path / "bench_region.json"))
+    assert doc["capture"] == capture
+    rs = doc["results"]
     assert len(rs) == len(ms.split(",")) * len(schedules.split(","))
     for r in rs:
         assert set(r["step_us"]) == {"none", "torch", "routed"}, r["note"]

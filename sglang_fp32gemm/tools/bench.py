@@ -30,7 +30,7 @@ from sglang_fp32gemm import backends as backend_registry
 from sglang_fp32gemm.tools import bench_report as report
 from sglang_fp32gemm.tools import common, region, region_bench, timing
 from sglang_fp32gemm.tools.bench_measure import Bench, set_deterministic, tables_info
-from sglang_fp32gemm.tools.cli import Parser, parse_ints, positive_int
+from sglang_fp32gemm.tools.cli import Parser, add_capture, parse_ints, positive_int
 from sglang_fp32gemm.tools.picks import Picks, table_jobs
 from sglang_fp32gemm.tools.precompile import precompile
 from sglang_fp32gemm.tools.progress import Progress
@@ -216,6 +216,7 @@ def parser() -> Parser:
     ap.add_argument("--region-replays", type=positive_int, default=20)
     ap.add_argument("--region-rounds", type=positive_int, default=3,
                     help="captures of each region step, interleaved; the median counts (default 3)")
+    add_capture(ap)
     ap.add_argument("--no-peer", "--no-region-peer", dest="peer", action="store_false",
                     help="leave out vLLM's ll_bf16 column (graph and region modes) even where it is importable")
     ap.add_argument("--m", type=parse_ints, default=parse_ints(GRAPH_M),
@@ -263,7 +264,7 @@ def main(argv: list[str] | None = None, backends: Optional[list] = None, device=
     if device.type == "cuda" and not torch.cuda.is_available():
         print("bench needs a CUDA GPU", file=sys.stderr)
         return 2
-    timer = timer or timing.CudaTimer()
+    timer = timer or timing.CudaTimer(args.capture)
     if backends is None:
         backends = backend_registry.all_backends()
     if args.backends:
@@ -279,7 +280,7 @@ def main(argv: list[str] | None = None, backends: Optional[list] = None, device=
     for name, why in bench.unavailable.items():
         print(f"backend {name}: unavailable ({why}); no column", flush=True)
     head = {"versions": vers, "argv": " ".join([os.path.basename(sys.executable), *sys.argv]), "args": list(sys.argv[1:] if argv is None else argv),
-            "tables": tables_info(), "tune_log": args.tune_log,
+            "tables": tables_info(), "tune_log": args.tune_log, "capture": getattr(timer, "capture", None),
             "backends": [b.name for b in bench.backends], "unavailable": bench.unavailable}
     print("versions: " + ", ".join(f"{k}={v}" for k, v in vers.items() if k in
                                    ("gpu", "driver", "torch", "cuda", "triton", "cutlass_dsl", "git")), flush=True)

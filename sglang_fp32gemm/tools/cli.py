@@ -49,6 +49,15 @@ def parse_ints(text: str) -> list[int]:
     return sorted(set(out))
 
 
+def add_capture(ap: argparse.ArgumentParser) -> None:
+    """``--capture``: how the timer captures CUDA graphs (``timing.CAPTURES``)."""
+    from sglang_fp32gemm.tools.timing import CAPTURES
+
+    ap.add_argument("--capture", choices=CAPTURES, default=CAPTURES[0],
+                    help="CUDA-graph capture: a fresh stream and a private memory pool per graph (private, the "
+                         "default), or one capture stream and one shared pool, as SGLang's graph runner (sglang)")
+
+
 def run_command(main, argv: list[str]) -> int:
     """``main(argv)`` with argparse's exits (``--help``: 0, a bad argument: 2) returned as the status."""
     try:

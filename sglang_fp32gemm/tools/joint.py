@@ -34,7 +34,7 @@ from sglang_fp32gemm import exactness
 from sglang_fp32gemm.table import DeviceKey, TunedRow, format_rows
 from sglang_fp32gemm.tools import common, region, timing
 from sglang_fp32gemm.tools.bench_measure import Bench, set_deterministic
-from sglang_fp32gemm.tools.cli import Parser, parse_ints, positive_int
+from sglang_fp32gemm.tools.cli import Parser, add_capture, parse_ints, positive_int
 from sglang_fp32gemm.tools.tune_rows import ShapeResult, table_row
 
 DEFAULT_M = "1,2,4,8,16,32,48,64"
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace, device=None, timer=None) -> int:
     for name in args.model:
         spec = region.MODELS[name]
         ctx = Ctx(spec, region.make_weights(spec, device), region.Streams(device), device,
-                  timer or timing.CudaTimer(), timing.torch_fn(device))
+                  timer or timing.CudaTimer(args.capture), timing.torch_fn(device))
         for m in args.m:
             rec, f, e = measure(ctx, m, args.rounds, args.replays, args.min_gain)
             fast += f
@@ -177,7 +177,8 @@ def run(args: argparse.Namespace, device=None, timer=None) -> int:
             if args.out_eager:
                 common.write_text(args.out_eager, format_rows(eager))
             if args.json:
-                common.write_json(args.json, {"argv": sys.argv, "versions": common.versions(), "results": recs})
+                common.write_json(args.json, {"argv": sys.argv, "versions": common.versions(),
+                                              "capture": getattr(ctx.timer, "capture", None), "results": recs})
     print(f"wrote {len(fast)} torch rows to {args.out}"
           + (f", {len(eager)} rows to {args.out_eager}" if args.out_eager else ""), flush=True)
     return 0
@@ -189,6 +190,7 @@ def parser() -> Parser:
                     help="region models, e.g. pro,flash (default both)")
     ap.add_argument("--m", type=parse_ints, default=parse_ints(DEFAULT_M), help=f"M values (default {DEFAULT_M})")
     ap.add_argument("--rounds", type=positive_int, default=3)
+    add_capture(ap)
     ap.add_argument("--replays", type=positive_int, default=15)
     # 5%: between device calls the overlapped region varies by several percent (H200 run 12).
     ap.add_argument("--min-gain", type=float, default=0.05,

@@ -85,13 +85,33 @@ def _replay_median_us(graph: "torch.cuda.CUDAGraph", replays: int) -> float:
     return statistics.median(times)
 
 
+#: How a graph is captured: ``private``, a fresh stream from torch's pool and a private memory pool per
+#: graph (every recorded result up to run 18); ``sglang``, as SGLang's graph runner captures (0.5.23:
+#: one capture stream and one memory pool shared by every graph). docs/benchmarks/README.md, "Slow captures".
+CAPTURES = ("private", "sglang")
+
+
 class CudaTimer:
     """The method above, behind the small interface tune and bench call (tests pass a fake)."""
+
+    def __init__(self, capture: str = "private") -> None:
+        if capture not in CAPTURES:
+            raise ValueError(f"capture {capture!r}: one of {', '.join(CAPTURES)}")
+        self.capture = capture
+        self._shared: Optional[tuple] = None  # (stream, pool handle), made at the first sglang capture
+
+    def _capture_on(self) -> tuple["torch.cuda.Stream", Optional[tuple]]:
+        """(the stream to warm up and capture on, the memory pool to capture into; None: a private one)."""
+        if self.capture == "private":
+            return torch.cuda.Stream(), None
+        if self._shared is None:
+            self._shared = (torch.cuda.Stream(), torch.cuda.graph_pool_handle())
+        return self._shared
 
     def per_call(self, fn: Fn, x: torch.Tensor, weights: list[torch.Tensor], replays: int = 15) -> float:
         """Median microseconds per call of ``fn`` under CUDA-graph replay."""
         calls = max(64, 2 * len(weights))
-        stream = torch.cuda.Stream()
+        stream, pool = self._capture_on()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for i in range(3):  # warm-up: compile, allocate workspaces on this stream
@@ -99,7 +119,7 @@ class CudaTimer:
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
+        with torch.cuda.graph(graph, pool=pool, stream=stream):
             for i in range(calls):
                 fn(x, weights[i % len(weights)])
         us = _replay_median_us(graph, replays) / calls
@@ -113,7 +133,7 @@ class CudaTimer:
         ``before_capture`` runs after the eager warm-up, just before capture (e.g. to reset counters
         so that they count the captured calls alone).
         """
-        stream = torch.cuda.Stream()
+        stream, pool = self._capture_on()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):
@@ -123,7 +143,7 @@ class CudaTimer:
         if before_capture is not None:
             before_capture()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
+        with torch.cuda.graph(graph, pool=pool, stream=stream):
             outs = step()
         us = _replay_median_us(graph, replays)
         torch.cuda.synchronize()

@@ -75,7 +75,7 @@ from sglang_fp32gemm import backends as backend_registry
 from sglang_fp32gemm.table import TunedRow, device_key, format_rows
 from sglang_fp32gemm.tools import common, timing
 from sglang_fp32gemm.tools.buckets import grid_buckets, shape_order
-from sglang_fp32gemm.tools.cli import Parser, positive_int
+from sglang_fp32gemm.tools.cli import Parser, add_capture, positive_int
 from sglang_fp32gemm.tools.precompile import precompile
 from sglang_fp32gemm.tools.progress import Progress
 from sglang_fp32gemm.tools.stopping import Budget, Stop
@@ -103,7 +103,7 @@ def usable_backends(backends: list, log: common.JsonLog) -> list:
 
 def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, timer=None) -> int:
     device = device or torch.device("cuda")
-    timer = timer or timing.CudaTimer()
+    timer = timer or timing.CudaTimer(args.capture)
     budget = Budget(args.budget_s)
     key = device_key(device) if device.type == "cuda" else args.device_key
     if key is None:
@@ -114,7 +114,8 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
     out_eager = args.out_eager or f"{os.path.splitext(out)[0]}_eager.csv"
     summary_path = args.summary or f"{os.path.splitext(out)[0]}_summary.json"
     log = common.JsonLog(args.log)
-    log.write(event="start", argv=sys.argv, device=str(key), versions=common.versions())
+    log.write(event="start", argv=sys.argv, device=str(key), versions=common.versions(),
+              capture=getattr(timer, "capture", None))
     grid = sorted(set(args.m))
     buckets = grid_buckets(grid)
     caps = parse_caps(args.max_per_backend)
@@ -236,6 +237,7 @@ def parser() -> Parser:
                          "in SGLang's decode region, or in its serial schedule at every M (the serial table) "
                          "(the tables' us column is then that) (default %(default)s)")
     ap.add_argument("--rounds", type=positive_int, default=3, help="interleaved rounds of --rank chain/region")
+    add_capture(ap)
     ap.add_argument("--screen-replays", type=positive_int, default=7)
     ap.add_argument("--final-replays", type=positive_int, default=15)
     ap.add_argument("--workers", type=int, default=max(1, min(16, (os.cpu_count() or 1) - 1)),
