@@ -10,7 +10,9 @@
 #     (B: run18/sm90_before_17.csv, the same as packaged), 5 rounds, twice each way, alternating
 #     processes: ~20 s a process. Output $OUT/ab/{A,B}{1,2}/.
 #  2. The headline region table with the shipped tables: V4-Pro and V4-Flash, M 1-64, both schedules,
-#     3 rounds (the default), backend columns Triton and cutedsl-mma, vLLM's ll_bf16: ~5-6 minutes (a
+#     3 rounds (the default), backend columns Triton and cutedsl-mma, vLLM's ll_bf16, captured as SGLang's
+#     graph runner captures (--capture sglang: one capture stream, one shared memory pool; the A/B above
+#     keeps the timer's old way, so that a fault of the new one cannot cost both): ~5-6 minutes (a
 #     timeout writes the rows done; V4-Pro's come first).
 #     Output $OUT/bench/ (scripts/device_run.sh, which also packs everything into results.tar.gz).
 # Estimates are from run 18's capture times (about 0.4 s a capture); not yet run.
@@ -34,5 +36,5 @@ for i in 1 2; do
     echo "$v$i rc=$?"; grep "region pro" "$d/bench.txt" | cut -c1-240
   done
 done
-BENCH_ARGS="--backends triton cutedsl-mma --region-model pro,flash --region-m 1,2,4,8,16,32,64" \
+BENCH_ARGS="--backends triton cutedsl-mma --region-model pro,flash --region-m 1,2,4,8,16,32,64 --capture sglang" \
   BENCH_TIMEOUT=380 bash scripts/device_run.sh versions bench:region
