@@ -15,7 +15,8 @@
 #     keeps the timer's old way, so that a fault of the new one cannot cost both): ~5-6 minutes (a
 #     timeout writes the rows done; V4-Pro's come first).
 #     Output $OUT/bench/ (scripts/device_run.sh, which also packs everything into results.tar.gz).
-# Estimates are from run 18's capture times (about 0.4 s a capture); not yet run.
+# Estimates are from run 18's capture times (about 0.4 s a capture); not yet run. In all about 500 s: run it
+# as a call of its own (timeout_s 600).
 set -uo pipefail
 : "${OUT:?OUT must name the output folder (the device machine sets it)}"
 eval "$(bash .cutedsl/cutedsl_carry.sh unpack .cutedsl /tmp/site)"
@@ -37,4 +38,4 @@ for i in 1 2; do
   done
 done
 BENCH_ARGS="--backends triton cutedsl-mma --region-model pro,flash --region-m 1,2,4,8,16,32,64 --capture sglang" \
-  BENCH_TIMEOUT=380 bash scripts/device_run.sh versions bench:region
+  BENCH_TIMEOUT=340 bash scripts/device_run.sh versions bench:region
