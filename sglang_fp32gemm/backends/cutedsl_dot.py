@@ -11,7 +11,6 @@ those names, and this one rejects theirs).
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from typing import Any
 
@@ -50,7 +49,7 @@ class DotConfig:
         return f"cutedsl_dot_m{self.max_m}_t{self.threads}_r{self.rows}" + ("_pdl" if self.pdl else "")
 
     def ctas(self, n: int) -> int:
-        """CTAs a call launches: one for each ``rows`` rows of W (``compile_kernel`` checks the kernel's grid)."""
+        """CTAs a call launches: one for each ``rows`` rows of W (``compile_form`` checks the kernel's grid)."""
         return n // self.rows
 
     @classmethod
@@ -100,10 +99,7 @@ def compile_kernel(cfg: DotConfig, n: int, k: int) -> Any:
     """The TVM-FFI function ``f(x, w, out)`` for (cfg, N, K), compiled on fake tensors (M symbolic)."""
     from sglang_fp32gemm.backends.cutedsl_dot_kernel import DotKernel
 
-    kern = DotKernel(n, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC)
-    if math.prod(kern.grid) != cfg.ctas(n):
-        raise AssertionError(f"{cfg.name}: the kernel launches {kern.grid}, the config says {cfg.ctas(n)} CTAs")
-    return compile_form(kern, n, k)
+    return compile_form(DotKernel(n, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC), cfg, n, k)
 
 
 class CuteDSLDotBackend(TvmFfiBackend):

@@ -10,7 +10,6 @@ libtype ``cutedsl`` whose kernelName has this backend's form.
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from typing import Any
 
@@ -83,7 +82,7 @@ class MmaConfig:
         return per_thread * 16 * 32 * self.warps
 
     def ctas(self, n: int) -> int:
-        """CTAs a call launches: a cluster of ``cs`` for each 16 x ``rg`` rows of W (``compile_kernel``
+        """CTAs a call launches: a cluster of ``cs`` for each 16 x ``rg`` rows of W (``compile_form``
         checks the kernel's grid against it)."""
         return self.cs * n // (16 * self.rg)
 
@@ -117,9 +116,7 @@ def compile_kernel(cfg: MmaConfig, n: int, k: int) -> Any:
     kern = MmaKernel(n, k, cfg.warps, cfg.rg, cfg.max_m // 8, cfg.cs, cfg.pdl, cfg.staged, cfg.depth)
     if kern.stage_bytes != cfg.stage_bytes(k):  # the rule and the launch must size shared memory alike
         raise AssertionError(f"{cfg.name}: the kernel stages {kern.stage_bytes} bytes, the rule {cfg.stage_bytes(k)}")
-    if math.prod(kern.grid) != cfg.ctas(n):
-        raise AssertionError(f"{cfg.name}: the kernel launches {kern.grid}, the config says {cfg.ctas(n)} CTAs")
-    return compile_form(kern, n, k)
+    return compile_form(kern, cfg, n, k)
 
 
 class CuteDSLMmaBackend(TvmFfiBackend):

@@ -10,6 +10,7 @@ cutlass and tvm_ffi are imported in ``available`` and a subclass's
 from __future__ import annotations
 
 import abc
+import math
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,12 @@ from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, Verdict, file_s
 VEC = 8  # bf16 per 16-byte load
 
 
-def compile_form(kern: Any, n: int, k: int) -> Any:
-    """The TVM-FFI function ``f(x, w, out)`` of the ``cute.jit`` callable ``kern`` for (N, K), compiled on fake
-    tensors: x any 16-byte-aligned row stride, M symbolic; w and out packed."""
+def compile_form(kern: Any, cfg: Any, n: int, k: int) -> Any:
+    """The TVM-FFI function ``f(x, w, out)`` of the ``cute.jit`` callable ``kern`` (made for ``cfg``) for (N, K),
+    compiled on fake tensors: x any 16-byte-aligned row stride, M symbolic; w and out packed. The kernel must
+    launch the CTAs its config says (``cfg.ctas``, what the tuner reads)."""
+    if math.prod(kern.grid) != cfg.ctas(n):
+        raise AssertionError(f"{cfg.name}: the kernel launches {kern.grid}, the config says {cfg.ctas(n)} CTAs")
     import cutlass
     import cutlass.cute as cute
 
@@ -56,7 +60,7 @@ class TvmFfiBackend(Backend):
         return self.config_class.parse(kernel_name)
 
     def ctas(self, cfg: Any, m: int, n: int, k: int) -> int:
-        return cfg.ctas(n)  # each config class says it; its compile_kernel checks the kernel's grid
+        return cfg.ctas(n)  # each config class says it; compile_form checks the kernel's grid
 
     def source_tag(self, cfg: Any) -> str:
         return file_source_tag(Path(__file__).parent / self.kernel_file, "nvidia-cutlass-dsl", "cutlass-dsl")
