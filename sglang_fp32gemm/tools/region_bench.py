@@ -149,9 +149,10 @@ def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int, rounds: int) -
             _check_outputs(rec, name, outs, steps.where, x, ctx.weights)
         steps.release()
     rec["rounds_step_us"] = {name: [round(t, 2) for t in ts] for name, ts in times.items()}
-    base = statistics.median(times.pop("none"))
-    rec["step_us"] = {"none": round(base, 2), **{name: round(statistics.median(ts), 2) for name, ts in times.items()}}
-    rec["add_per_layer_us"] = {name: round((statistics.median(ts) - base) / L, 3) for name, ts in times.items()}
+    step = {name: statistics.median(ts) for name, ts in times.items()}
+    base = step.pop("none")
+    rec["step_us"] = {"none": round(base, 2), **{name: round(t, 2) for name, t in step.items()}}
+    rec["add_per_layer_us"] = {name: round((t - base) / L, 3) for name, t in step.items()}
     return rec
 
 
