@@ -20,7 +20,9 @@ from sglang_fp32gemm.backends.cutedsl_mma import MAX_STAGE_BYTES, MAX_VECTORS, C
 @pytest.mark.parametrize("cfg", [MmaConfig(8, 8, 1, 2, True), MmaConfig(16, 4, 2, 8),
                                  MmaConfig(8, 2, 1, 4, False, True), MmaConfig(16, 8, 1, 1, True, True),
                                  MmaConfig(32, 4, 2, 8, True, True), MmaConfig(8, 8, 1, 1, True, depth=8),
-                                 MmaConfig(16, 4, 2, 2, depth=4)])
+                                 MmaConfig(16, 4, 2, 2, depth=4), MmaConfig(8, 8, 1, 2, True, push=True),
+                                 MmaConfig(8, 4, 1, 8, False, True, push=True),
+                                 MmaConfig(16, 8, 2, 4, True, depth=4, push=True)])
 def test_names_round_trip(cfg):
     assert MmaConfig.parse(cfg.name) == cfg
     assert CuteDSLMmaBackend().kernel_name(cfg) == cfg.name
@@ -36,6 +38,9 @@ def test_names_round_trip(cfg):
     ("cutedsl_mma_m8_w8_r1_c2_pdl_s", "is not of the form"),
     ("cutedsl_mma_m8_w8_r1_c2_p6", "depth=6"),
     ("cutedsl_mma_m8_w8_r1_c2_s_p4", "is not of the form"),
+    ("cutedsl_mma_m8_w8_r1_c1_push", "pushing needs a cluster"),
+    ("cutedsl_mma_m8_w8_r1_c2_pdl_push", "is not of the form"),
+    ("cutedsl_mma_m8_w8_r1_c2_push_s", "is not of the form"),
     ("cutedsl_dot_m1_t128_r2_pdl", "is not of the form"),
 ])
 def test_bad_names_say_what_is_wrong(name, why):
@@ -140,7 +145,9 @@ def _compile_and_read_ptx(tmp_path: Path, cfg: MmaConfig, n: int, k: int) -> str
                                        (MmaConfig(32, 8, 1, 4, True), 1024, 7168),
                                        (MmaConfig(32, 4, 2, 8, False, True), 2560, 7168),
                                        (MmaConfig(8, 8, 1, 1, True, depth=8), 2048, 7168),
-                                       (MmaConfig(16, 4, 2, 2, False, depth=4), 1024, 7168)])
+                                       (MmaConfig(16, 4, 2, 2, False, depth=4), 1024, 7168),
+                                       (MmaConfig(8, 8, 1, 2, True, push=True), 1024, 7168),
+                                       (MmaConfig(8, 4, 2, 4, False, depth=4, push=True), 2048, 7168)])
 def test_compiled_for_sm90_on_this_cpu_w_is_in_flight_before_the_wait_and_nothing_is_atomic(tmp_path, cfg, n, k):
     ptx = _compile_and_read_ptx(tmp_path, cfg, n, k)
     body = ptx[ptx.index(".entry"):]
@@ -171,5 +178,17 @@ def test_compiled_for_sm90_on_this_cpu_w_is_in_flight_before_the_wait_and_nothin
     assert not re.search(r"\b(atom|red)\.", body)  # partial sums meet in (distributed) shared memory only
     clustered = cfg.cs > 1
     assert ("barrier.cluster.arrive" in body) is clustered
-    assert ("ld.shared::cluster" in body) is clustered
+    assert ("ld.shared::cluster" in body) is (clustered and not cfg.push)  # pull: read the peers' sums
+    assert ("st.shared::cluster" in body) is cfg.push                      # push: store into the owners'
     assert ("griddepcontrol.launch_dependents" in body) is cfg.pdl
+    if clustered:
+        waits = [mt.start() for mt in re.finditer(r"barrier\.cluster\.wait", body)]
+        writes = [mt.start() for mt in re.finditer(r"\bst\.global", body)]
+        assert len(waits) == 2 and writes
+        if cfg.push:
+            # Arrived at the start (no CTA is stored into before it runs), and no cluster wait after the
+            # output is written: a CTA leaves as soon as its share is out.
+            assert body.index("barrier.cluster.arrive.relaxed") < min(loads + copies)
+            assert max(waits) < min(writes)
+        else:
+            assert max(waits) > max(writes)  # no CTA leaves while a peer may still read its shared memory

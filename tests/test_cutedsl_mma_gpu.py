@@ -4,6 +4,8 @@ Skipped elsewhere."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -50,6 +52,22 @@ def test_candidates_are_exact_and_deterministic(n, k, every):
             assert torch.equal(out, poisoned_call(fn, x, w)), (cfg.name, mm)
 
 
+@pytest.mark.parametrize("pull, n, k", [(MmaConfig(8, 8, 1, 2, True), 1024, 7168),
+                                         (MmaConfig(16, 4, 2, 8, False, True), 512, 7168),
+                                         (MmaConfig(8, 4, 2, 4, False, depth=4), 2048, 7168),
+                                         (MmaConfig(32, 4, 1, 8, True), 2560, 4096)])
+def test_the_push_reduction_is_exact_and_gives_the_pull_reductions_bits(pull, n, k):
+    push = dataclasses.replace(pull, push=True)
+    fa, fb = bound(pull, n, k), bound(push, n, k)
+    w = rnd(n, k)
+    for mm in sorted({1, 3, pull.max_m - 1, pull.max_m}):
+        x = rnd(mm, k)
+        out = poisoned_call(fb, x, w)
+        check(out, x, w)
+        # The same sums added in the same order.
+        assert torch.equal(out, poisoned_call(fa, x, w)), (push.name, mm)
+
+
 def test_strided_and_misaligned_x():
     cfg, n, k = MmaConfig(16, 8, 1, 4, True), 1024, 7168
     fn = bound(cfg, n, k)
@@ -59,7 +77,8 @@ def test_strided_and_misaligned_x():
         check(poisoned_call(fn, x, w), x, w)
 
 
-@pytest.mark.parametrize("cfg", [MmaConfig(8, 8, 1, 4, True), MmaConfig(8, 8, 1, 1, True, depth=8)])
+@pytest.mark.parametrize("cfg", [MmaConfig(8, 8, 1, 4, True), MmaConfig(8, 8, 1, 1, True, depth=8),
+                                 MmaConfig(8, 8, 1, 2, True, push=True)])
 def test_under_graph_replay_on_a_side_stream_with_pdl_after_the_kernel_that_writes_x(cfg):
     n, k = 2048, 7168
     w = rnd(n, k)

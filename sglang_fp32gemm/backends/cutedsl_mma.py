@@ -24,9 +24,9 @@ CLUSTERS = (1, 2, 4, 8)   # CTAs along K (8: the portable cluster limit)
 DEPTHS = (4, 8)           # streamed forms: 32-K steps in the ring (depth - 1 in flight)
 # Where W goes: (staged, depth): registers, all staged, streamed.
 _PLACEMENTS = ((False, 0), (True, 0)) + tuple((False, d) for d in DEPTHS)
-_FORM = "cutedsl_mma_m<8|16|32>_w<WARPS>_r<ROW_GROUPS>_c<CLUSTER>[_s|_p<DEPTH>][_pdl]"
+_FORM = "cutedsl_mma_m<8|16|32>_w<WARPS>_r<ROW_GROUPS>_c<CLUSTER>[_s|_p<DEPTH>][_push][_pdl]"
 _NAME_RE = re.compile(r"^cutedsl_mma_m(?P<m>\d+)_w(?P<w>\d+)_r(?P<r>\d+)_c(?P<c>\d+)(?:(?P<s>_s)|_p(?P<p>\d+))?"
-                      r"(?P<pdl>_pdl)?$")
+                      r"(?P<push>_push)?(?P<pdl>_pdl)?$")
 # 16-byte vectors a thread keeps in registers (W unless staged, and x): 4 registers each.
 MAX_VECTORS = 48
 # Shared memory a staged CTA may fill with W (of the 227 KiB an sm90 CTA may have).
@@ -44,6 +44,9 @@ class MmaConfig:
     pdl: bool = False
     staged: bool = False  # W through shared memory (cp.async) instead of registers
     depth: int = 0        # streamed: W (and x) through a ring of this many steps in shared memory
+    #: The cluster's sums pushed into each share owner's shared memory (one cluster barrier at the end)
+    #: instead of pulled from the peers' (two); the same bits. Not offered by ``candidates`` until timed.
+    push: bool = False
 
     def __post_init__(self) -> None:
         if self.max_m not in TILES:
@@ -56,11 +59,14 @@ class MmaConfig:
             raise ValueError(f"cluster={self.cs}: must be one of {CLUSTERS}")
         if self.depth and (self.depth not in DEPTHS or self.staged):
             raise ValueError(f"depth={self.depth}: must be one of {DEPTHS}, and not staged")
+        if self.push and self.cs < 2:
+            raise ValueError(f"push with cluster={self.cs}: pushing needs a cluster of 2 or more")
 
     @property
     def name(self) -> str:
         return (f"cutedsl_mma_m{self.max_m}_w{self.warps}_r{self.rg}_c{self.cs}" + ("_s" if self.staged else "")
-                + (f"_p{self.depth}" if self.depth else "") + ("_pdl" if self.pdl else ""))
+                + (f"_p{self.depth}" if self.depth else "") + ("_push" if self.push else "")
+                + ("_pdl" if self.pdl else ""))
 
     @classmethod
     def parse(cls, name: str) -> "MmaConfig":
@@ -68,7 +74,7 @@ class MmaConfig:
         if g is None:
             raise ValueError(f"kernelName {name!r} is not of the form {_FORM}")
         return cls(int(g["m"]), int(g["w"]), int(g["r"]), int(g["c"]), g["pdl"] is not None, g["s"] is not None,
-                   int(g["p"] or 0))
+                   int(g["p"] or 0), g["push"] is not None)
 
     def chunks(self, k: int) -> int:
         """32-K steps of each warp."""
@@ -113,7 +119,7 @@ def compile_kernel(cfg: MmaConfig, n: int, k: int) -> Any:
     """The TVM-FFI function ``f(x, w, out)`` for (cfg, N, K), compiled on fake tensors (M symbolic)."""
     from sglang_fp32gemm.backends.cutedsl_mma_kernel import MmaKernel
 
-    kern = MmaKernel(n, k, cfg.warps, cfg.rg, cfg.max_m // 8, cfg.cs, cfg.pdl, cfg.staged, cfg.depth)
+    kern = MmaKernel(n, k, cfg.warps, cfg.rg, cfg.max_m // 8, cfg.cs, cfg.pdl, cfg.staged, cfg.depth, cfg.push)
     if kern.stage_bytes != cfg.stage_bytes(k):  # the rule and the launch must size shared memory alike
         raise AssertionError(f"{cfg.name}: the kernel stages {kern.stage_bytes} bytes, the rule {cfg.stage_bytes(k)}")
     return compile_form(kern, cfg, n, k)

@@ -23,7 +23,14 @@ kernel runs out of CUDA-core throughput and re-reads x once per W row:
   CTA reads long runs of each row) and over the ``cs`` CTAs of a cluster.
   Warps are summed through shared memory in warp order, then the cluster's
   CTAs through distributed shared memory in rank order: one launch, no
-  workspace, no atomics.
+  workspace, no atomics. Each CTA finishes one share of the tile: it reads
+  the peers' partial sums of that share from their shared memory (pull),
+  or (``push``) each CTA stores its partial sums of every share into the
+  share owner's shared memory first. Pull needs a cluster barrier before
+  the reads and another before any CTA may leave (a peer may still read
+  it); push needs one after the stores, and one at the start (set early,
+  waited on just before the stores) so that no CTA is stored into before
+  it runs. Both add the same values in the same order: the same bits.
 
 Exact: every product is bf16 x bf16 (exact in fp32), accumulated in fp32 by
 the tensor core, then summed in fp32 in an order fixed by the config:
@@ -46,17 +53,23 @@ _CP_ASYNC = "cp.async.cg.shared.global [{$r0}], [{$r1}], 16;"
 # A float of CTA `$r1`'s shared memory at this CTA's shared address `$r0`.
 _DSMEM_LOAD = ("{ .reg .b32 ra; mapa.shared::cluster.u32 ra, {$r0}, {$r1}; "
                "ld.shared::cluster.f32 {$w0}, [ra]; }")
+# Store the float `$r2` there.
+_DSMEM_STORE = ("{ .reg .b32 ra; mapa.shared::cluster.u32 ra, {$r0}, {$r1}; "
+                "st.shared::cluster.f32 [ra], {$r2}; }")
 
 
 class MmaKernel:
     """One compiled form: (N, K) fixed, M <= 8 x ``nt`` at run time."""
 
     def __init__(self, n: int, k: int, warps: int, rg: int, nt: int, cs: int, pdl: bool, staged: bool,
-                 depth: int = 0) -> None:
+                 depth: int = 0, push: bool = False) -> None:
         if k % (cs * warps * 32) or n % (16 * rg):
             raise ValueError(f"warps={warps}, rg={rg}, cs={cs} do not tile N={n}, K={k}")
+        if push and cs < 2:
+            raise ValueError("push: the cluster's reduction needs a cluster (cs >= 2)")
         self.n, self.k, self.warps, self.rg, self.nt, self.cs, self.pdl = n, k, warps, rg, nt, cs, pdl
         self.staged = staged
+        self.push = push
         self.depth = depth                        # streamed: a ring of `depth` steps (0: all W at once)
         self.chunks = k // (cs * warps * 32)      # 32-K steps per warp
         if depth and not 2 <= depth < self.chunks:
@@ -231,6 +244,9 @@ class MmaKernel:
         m_run = x.shape[0]
         row0 = tile_idx * (16 * self.rg)
         smem = cutlass.memory.SmemAllocator()
+        if const_expr(self.push):
+            # Peers store into this CTA's shared memory only after they wait on this arrival (step 4).
+            cute.arch.cluster_arrive_relaxed()
 
         if const_expr(self.depth > 0):
             # 1-2. Streamed: W's first steps before the wait, the rest while multiplying.
@@ -264,40 +280,54 @@ class MmaKernel:
 
         # 3. The warps in order, through shared memory.
         tile = self.tile
+        share = tile // cs
         red = smem.allocate_tensor(cutlass.Float32, cute.make_layout((warps, tile), stride=(tile, 1)),
                                    byte_alignment=16)
+        # Pull: this CTA's partial sums of the whole tile. Push: the cluster's partial sums of this CTA's
+        # share, by rank (rank p's at [p x share, (p + 1) x share)), stored there by rank p.
         part = smem.allocate_tensor(cutlass.Float32, cute.make_layout((tile,)), byte_alignment=16)
         for s in cutlass.range_constexpr(self.slots):
             red[warp, s * 32 + lane] = acc[s]
         cute.arch.sync_threads()
+        if const_expr(self.push):
+            cute.arch.cluster_wait()  # every peer runs: its shared memory may be stored into
         for q in cutlass.range_constexpr((tile + threads - 1) // threads):
             e = q * threads + tid
             if e < tile:
                 total = red[0, e]
                 for p in cutlass.range_constexpr(1, warps):
                     total = total + red[p, e]
-                part[e] = total
+                if const_expr(self.push):
+                    owner = e // share
+                    mine = (part.iterator + rank * share + e - owner * share).toint()
+                    cute.arch.inline_ptx(_DSMEM_STORE, read_only_args=[mine, owner, total])
+                else:
+                    part[e] = total
 
         # 4. The cluster's CTAs in rank order, through distributed shared memory: CTA `rank`
         #    finishes its share of the tile and writes it.
         if const_expr(cs > 1):
-            cute.arch.cluster_arrive()
-            cute.arch.cluster_wait()
+            cute.arch.cluster_arrive()  # release: this CTA's stores (push) or partial sums (pull) ...
+            cute.arch.cluster_wait()    # acquire: ... and every peer's, seen here
         else:
             cute.arch.sync_threads()
-        share = tile // cs
         for q in cutlass.range_constexpr((share + threads - 1) // threads):
             e_local = q * threads + tid
             if e_local < share:
                 e = rank * share + e_local
-                total = part[e]
-                if const_expr(cs > 1):
+                if const_expr(self.push):
+                    total = part[e_local]
+                    for p in cutlass.range_constexpr(1, cs):
+                        total = total + part[p * share + e_local]
+                elif const_expr(cs > 1):
                     local = (part.iterator + e).toint()
                     total = cute.arch.inline_ptx(
                         _DSMEM_LOAD, write_only_types=[cutlass.Float32], read_only_args=[local, 0])
                     for p in cutlass.range_constexpr(1, cs):
                         total = total + cute.arch.inline_ptx(
                             _DSMEM_LOAD, write_only_types=[cutlass.Float32], read_only_args=[local, p])
+                else:
+                    total = part[e]
                 # e = s x 32 + lane; accumulator s = (r x nt + t) x 4 + f; the MMA's D fragment: f 0-1
                 # row g, f 2-3 row g + 8; x row 8 t + 2 c + f % 2.
                 es = e // 32
@@ -308,7 +338,8 @@ class MmaKernel:
                 mrow = 8 * et + 2 * (ln % 4) + ef % 2
                 if mrow < m_run:
                     out[mrow, row0 + 16 * er + ln // 4 + 8 * (ef // 2)] = total
-        if const_expr(cs > 1):
-            # No CTA leaves while a peer may still read its shared memory.
+        if const_expr(cs > 1 and not self.push):
+            # No CTA leaves while a peer may still read its shared memory. (Push: after the barrier
+            # above no CTA touches another's.)
             cute.arch.cluster_arrive()
             cute.arch.cluster_wait()
