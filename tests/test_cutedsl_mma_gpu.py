@@ -78,7 +78,7 @@ def test_strided_and_misaligned_x():
 
 
 @pytest.mark.parametrize("cfg", [MmaConfig(8, 8, 1, 4, True), MmaConfig(8, 8, 1, 1, True, depth=8),
-                                 MmaConfig(8, 8, 1, 2, True, push=True)])
+                                 MmaConfig(8, 8, 1, 2, True, push=True)], ids=lambda c: c.name)
 def test_under_graph_replay_on_a_side_stream_with_pdl_after_the_kernel_that_writes_x(cfg):
     n, k = 2048, 7168
     w = rnd(n, k)
