@@ -4,7 +4,9 @@ alone, in one process, interleaved, host time per call (us; the minimum over rou
 
     python scripts/eager_overhead_gpu.py [M N K ...]     (default: 1 1024 7168  8 1024 7168  8 2048 7168)
 
-Layers, outermost last: the kernel's bound function alone; ``Entry.run`` (the guard around it);
+Layers, outermost last: the kernel's bound function alone (for a Triton kernel that calls Triton's C launcher
+directly, also the same kernel bound to launch through ``CompiledKernel.run``, as before the direct launch:
+the A/B of ``triton_launch.direct_launcher``); ``Entry.run`` (the guard around it);
 ``Router.call``; ``routing.linear_bf16_fp32`` (what SGLang's hooked call reaches); and, with no GPU
 work, the decision alone (``Router.decide``) and its pieces. torch.mm (out_dtype fp32) for scale.
 It also runs ``scripts/route_overhead.py``'s CPU measure, so this host's Python speed is on record.
@@ -38,6 +40,23 @@ def per_call(fns: dict, calls: int = CALLS, rounds: int = ROUNDS) -> dict[str, f
     return {k: round(min(v), 3) for k, v in got.items()}
 
 
+def via_run_twin(bound, device: torch.device, n: int, k: int):
+    """``bound``'s Triton kernel bound again to launch through ``CompiledKernel.run``; None for other kernels
+    and where the direct launch is not taken."""
+    launcher = getattr(bound.fn, "launcher", None)
+    if launcher is None or not getattr(launcher, "direct", False):
+        return None
+    from sglang_fp32gemm.backends import default_backends, triton_launch
+
+    b = next(b for bs in default_backends().values() for b in bs if b.name == bound.backend)
+    direct = triton_launch.direct_launcher
+    triton_launch.direct_launcher = lambda *a: (None, "off: the other side of the A/B")
+    try:
+        return b.bind(b.parse(bound.kernel_name), device, n, k)
+    finally:
+        triton_launch.direct_launcher = direct
+
+
 def main(argv: list[str]) -> int:
     from sglang_fp32gemm import routing, settings
     from sglang_fp32gemm.exactness import random_bf16
@@ -57,6 +76,12 @@ def main(argv: list[str]) -> int:
         if e.run is not None:
             kernel = e.bound.fn
             fns.update({"kernel alone": lambda: kernel(x, w), "Entry.run": lambda: e.run(x, w)})
+            twin = via_run_twin(e.bound, dev, n, k)
+            if twin is not None:
+                fns["kernel alone through CompiledKernel.run"] = lambda: twin(x, w)
+            launcher = getattr(kernel, "launcher", None)
+            if launcher is not None:
+                print(f"M={m} N={n} K={k}: Triton launch direct: {launcher.direct} ({launcher.direct_reason})")
         fns.update({"Router.call": lambda: router.call(x, w), "linear_bf16_fp32": lambda: routing.linear_bf16_fp32(x, w)})
         host = per_call(fns)
         parts = per_call({"decide": lambda: router.decide(x, w), "call_shape": lambda: routing.call_shape(x, w),

@@ -262,6 +262,103 @@ def test_launch_convention_check_rejects_a_different_runner():
     assert not ok and "packed_metadata" in why
 
 
+# -- the direct launch: Triton's launcher's C function called with what its __call__ would pass ---------------
+class _Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, *args):
+        self.calls.append(args)
+
+
+class _FlatLauncher:
+    """A launcher that passes the kernel arguments on flat after its own (as Triton 3.5-3.6's do)."""
+
+    def __init__(self):
+        self.global_scratch_size = self.profile_scratch_size = 0
+        self.launch_cooperative_grid, self.launch_pdl = False, True
+        self.launch = _Recorder()
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl, None,
+                    None, *args)
+
+
+class _PerCallLauncher(_FlatLauncher):
+    """Passes a value made from the grid: more than arguments passed on."""
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        self.launch(gridX, gridY, gridZ, stream, function, gridX * gridY, *args)
+
+
+class _TwiceLauncher(_FlatLauncher):
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        self.launch(gridX, gridY, gridZ, stream, function, *args)
+        self.launch(gridX, gridY, gridZ, stream, function, *args)
+
+
+class _HookLauncher(_FlatLauncher):
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        self.profile_hook()
+        self.launch(gridX, gridY, gridZ, stream, function, *args)
+
+
+def _same_launch(launcher, direct, tail):
+    """The direct call passes the recorder what the launcher's own __call__ passes it, for fresh values."""
+    meta = ("meta",)
+    direct(5, 6, 7, 99, "x", "w", 11)
+    type(launcher).__call__(launcher, 5, 6, 7, 99, "fn", meta, None, None, None, "x", "w", 11, *tail)
+    a, b = launcher.launch.calls[-2:]
+    assert a == b
+
+
+def test_direct_launch_of_a_flat_launcher_passes_what_its_call_would():
+    from sglang_fp32gemm.backends.triton_launch import direct_launcher
+
+    launcher, tail = _FlatLauncher(), (16, 64)
+    direct, why = direct_launcher(launcher, "fn", ("meta",), tail)
+    assert why == "ok" and direct is not None
+    assert launcher.launch.calls == []  # recording used a copy: the real launcher was not called
+    _same_launch(launcher, direct, tail)
+
+
+def test_direct_launch_of_the_installed_tritons_launcher(monkeypatch):
+    """Triton's own ``CudaLauncher.__call__`` (3.5-3.8 read), on an instance set up as its ``__init__`` would
+    for a kernel with no scratch memory; without a GPU its driver is a stand-in."""
+    from triton.backends.nvidia import driver as nv
+    from triton.runtime.driver import driver
+
+    from sglang_fp32gemm.backends.triton_launch import direct_launcher, triton_version
+
+    assert (3, 5) <= triton_version() < (3, 9)  # the versions whose launcher was read
+    monkeypatch.setattr(driver, "_active", type("Driver", (), {})(), raising=False)
+    launcher = object.__new__(nv.CudaLauncher)
+    launcher.__dict__.update(num_ctas=1, global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0,
+                             profile_scratch_align=1, launch_cooperative_grid=False, launch_pdl=True,
+                             gsan_enabled=False, arg_annotations=("ann",), kernel_signature=b"sig",
+                             launch=_Recorder())
+    tail = (16,)
+    direct, why = direct_launcher(launcher, "fn", ("meta",), tail)
+    assert why == "ok" and direct is not None, why
+    _same_launch(launcher, direct, tail)
+
+
+@pytest.mark.parametrize("cls, change, why", [
+    (_PerCallLauncher, {}, "not in a layout"),
+    (_TwiceLauncher, {}, "called launch 2 times"),
+    (_HookLauncher, {}, "uses ['profile_hook']"),
+    (_FlatLauncher, {"global_scratch_size": 64}, "allocates per call"),
+    (_FlatLauncher, {"gsan_enabled": True}, "instrumented"),
+])
+def test_direct_launch_is_refused_where_the_launcher_does_more_than_pass_arguments_on(cls, change, why):
+    from sglang_fp32gemm.backends.triton_launch import direct_launcher
+
+    launcher = cls()
+    launcher.__dict__.update(change)
+    direct, reason = direct_launcher(launcher, "fn", ("meta",), (16,))
+    assert direct is None and why in reason
+
+
 def test_bound_kernel_requires_run_time_arguments_before_constexprs():
     from sglang_fp32gemm.backends.triton_launch import BoundKernel
 

@@ -7,9 +7,13 @@
 # at these shapes.
 #  1. tune, isolated rank, cutedsl-mma alone, K=7168: M 4 8 16 at N 2048 2560, then M=32 at N 512-2560.
 #     Every candidate is checked for exactness first (float64, NaN-poisoned output). Its table, the best
-#     form per shape where it beats torch alone (no torch rows), is written as a candidate eager table
-#     ($OUT/tune_eager/sm90_19d_*_eager.csv); configs/ is not touched. About 60 + 120 s, then 40 + 60 s.
-#  2. bench --eager with those tables laid over (eager calls at those shapes then take cutedsl-mma), the
+#     form per shape where it beats torch alone (a torch row where none does, which leaves eager calls on
+#     their route), is written as a candidate eager table ($OUT/tune_eager/sm90_19d_*_eager.csv);
+#     configs/ is not touched. About 60 + 120 s, then 40 + 60 s.
+#  2. scripts/eager_overhead_gpu.py at three shapes routed to Triton: the host time of each layer of the
+#     routed path, and the Triton launch that calls Triton's C launcher directly against the one through
+#     CompiledKernel.run (added after run 18). About 20 s.
+#  3. bench --eager with those tables laid over (eager calls at those shapes then take cutedsl-mma), the
 #     backend columns' configs from the committed tune logs and these: host wall time per call of torch.mm,
 #     the routed call, Triton alone and cutedsl-mma alone, M 4/8/16/32 x N 512-2560. About 60 s.
 # A candidate ships (configs/sm90_eager.csv) only where the routed call is <= 0.8x torch.mm and below the
@@ -32,6 +36,11 @@ tune() {  # NAME BUDGET --m ... --n ...
 }
 tune n2048 200 --m 4 8 16 --n 2048 2560
 tune m32 120 --m 32 --n 512 1024 2048 2560
+# Where the host time of a routed eager call goes, at three shapes the packaged tables send to Triton, with the
+# Triton launch direct and through CompiledKernel.run side by side (triton_launch.direct_launcher). ~20 s.
+timeout -k 10 150 python3 scripts/eager_overhead_gpu.py 4 2048 7168 16 2560 7168 32 1024 7168 \
+  > "$d/eager_overhead.txt" 2>&1
+echo "eager_overhead rc=$?"; cat "$d/eager_overhead.txt" | cut -c1-220
 R=docs/benchmarks/h200
 logs=""
 # The new logs last: a later log's pick wins a column, so the new forms do where they were timed.
