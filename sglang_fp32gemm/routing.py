@@ -92,7 +92,7 @@ def call_shape(x: torch.Tensor, w: torch.Tensor) -> Union[tuple[int, int, int, i
     idx = x.get_device()
     if idx != w.get_device():
         return "x and w on different devices"
-    if not (x.stride()[1] == 1 or x.is_contiguous()) or not w.is_contiguous():
+    if not (x.is_contiguous() or x.stride()[1] == 1) or not w.is_contiguous():
         return "x not row-major or w not contiguous"
     # Grad mode first: SGLang serves with it off, and then neither tensor is asked.
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
