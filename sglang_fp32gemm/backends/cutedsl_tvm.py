@@ -103,13 +103,13 @@ class TvmFfiBackend(Backend):
             if w.data_ptr() & 15:
                 # A weight is the same tensor on every call: the router disables the kernel (one warning).
                 raise ValueError("w is not 16-byte aligned (the compiled form loads it 16 bytes at a time)")
-            if x.stride(0) % VEC or x.data_ptr() & 15:
+            if x.stride()[0] % VEC or x.data_ptr() & 15:
                 # The compiled form takes 16-byte aligned rows: one row restrided, else a copy (small M).
                 if m == 1 and not x.data_ptr() & 15:
                     x = x.as_strided((1, k), (k, 1))
                 else:
                     x = x.clone(memory_format=torch.contiguous_format)
-            out = torch.empty((m, n), dtype=f32, device=device)
+            out = torch.empty(m, n, dtype=f32, device=device)  # sizes as arguments: parsed faster (triton_base)
             f(x, w, out)
             return out
 
