@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Room for a device call: the work tree and the carries travel together, 64 MiB at most, and the
 # CuTe-DSL carry alone is ~60 MB. This moves the recorded H200 results a device call does not read
-# (reports, logs, JSON, Markdown, plots under docs/benchmarks/h200/) out of the work tree, and back.
-# Kept: tune logs, tables, scripts (what device scripts and --tune-log read) and the newest two runs.
+# (reports, logs, JSON, Markdown, plots under docs/benchmarks/h200/), and the Markdown under docs/, out of
+# the work tree, and back. Kept: tune logs, tables, scripts (what device scripts and --tune-log read) and
+# the newest two runs.
 #
 #   bash scripts/device_room.sh out    # before the device call
 #   bash scripts/device_room.sh back   # after it, before any git add
@@ -18,7 +19,9 @@ case "${1:-}" in
     [ ! -e "$LIST" ] || { echo "device_room: already out ($LIST); run 'back' first" >&2; exit 1; }
     newest=$(ls -d $H/run* | sed 's/.*run//' | sort -n | tail -2 | sed "s|^|$H/run|")
     mkdir -p "$ROOM"
-    git ls-files $H | grep -vE '\.(jsonl\.gz|csv|sh|py)$' | while read -r f; do
+    # Also the project's prose outside $H (docs/**/*.md, about 190 KB): no device step reads it.
+    { git ls-files $H | grep -vE '\.(jsonl\.gz|csv|sh|py)$'; git ls-files docs | grep -v "^$H/" | grep '\.md$'; } |
+    while read -r f; do
       for n in $newest; do case "$f" in "$n"/*) continue 2 ;; esac; done
       [ -e "$f" ] || continue
       mkdir -p "$ROOM/$(dirname "$f")" && mv "$f" "$ROOM/$f" && echo "$f"
@@ -30,7 +33,7 @@ case "${1:-}" in
     while read -r f; do mkdir -p "$(dirname "$f")" && mv "$ROOM/$f" "$f"; done < "$LIST"
     echo "device_room: put back $(wc -l < "$LIST") files"
     rm -f "$LIST"
-    git status --short $H | head -5
+    git status --short docs | head -5
     ;;
-  *) sed -n '2,10p' "$0"; exit 2 ;;
+  *) sed -n '2,11p' "$0"; exit 2 ;;
 esac

@@ -23,6 +23,8 @@ def test_out_keeps_what_device_scripts_read_and_back_restores_the_tree(tmp_path)
     assert _run("git", "clone", "-q", str(REPO_ROOT), str(clone), cwd=tmp_path).returncode == 0
     h200 = clone / "docs/benchmarks/h200"
     before = {p.relative_to(clone) for p in h200.rglob("*") if p.is_file()}
+    prose = [clone / "docs/benchmarks/README.md", clone / "docs/design.md"]
+    assert all(p.exists() for p in prose)
     out = _run("bash", "scripts/device_room.sh", "out", cwd=clone, DEVICE_ROOM=str(room))
     assert out.returncode == 0, out.stderr
     left = {p.relative_to(clone) for p in h200.rglob("*") if p.is_file()}
@@ -32,9 +34,11 @@ def test_out_keeps_what_device_scripts_read_and_back_restores_the_tree(tmp_path)
     runs = sorted((p.relative_to(clone) for p in h200.glob("run*") if p.is_dir()), key=lambda p: int(p.name[3:]))
     newest = [p for p in before if p.parts[:4] in {r.parts for r in runs[-2:]}]
     assert newest and all(p in left for p in newest)  # the newest two runs stay whole
+    assert not any(p.exists() for p in prose)  # the Markdown under docs/ is out too
     again = _run("bash", "scripts/device_room.sh", "out", cwd=clone, DEVICE_ROOM=str(room))
     assert again.returncode == 1 and "already out" in again.stderr
     back = _run("bash", "scripts/device_room.sh", "back", cwd=clone, DEVICE_ROOM=str(room))
     assert back.returncode == 0, back.stderr
     assert {p.relative_to(clone) for p in h200.rglob("*") if p.is_file()} == before
+    assert all(p.exists() for p in prose)
     assert _run("git", "status", "--porcelain", cwd=clone).stdout == ""
