@@ -65,8 +65,6 @@ class MmaKernel:
                  depth: int = 0, push: bool = False) -> None:
         if k % (cs * warps * 32) or n % (16 * rg):
             raise ValueError(f"warps={warps}, rg={rg}, cs={cs} do not tile N={n}, K={k}")
-        if push and cs < 2:
-            raise ValueError("push: the cluster's reduction needs a cluster (cs >= 2)")
         self.n, self.k, self.warps, self.rg, self.nt, self.cs, self.pdl = n, k, warps, rg, nt, cs, pdl
         self.staged = staged
         self.push = push
@@ -119,9 +117,7 @@ class MmaKernel:
                         self.copy16(mine, src)
                         wr.append(mine)
                     else:
-                        dst = cute.make_rmem_tensor_like(src)
-                        cute.autovec_copy(src, dst)
-                        wr.append(cute.recast_tensor(dst, cutlass.Int32))
+                        wr.append(self.load16(src))
         if stage is not None:
             cute.arch.cp_async_commit_group()
         return wr
@@ -132,10 +128,7 @@ class MmaKernel:
         xr = []
         for i in range(self.chunks):
             for t in range(self.nt):
-                src = self.x_vec(x, rank, warp, g, c, i, t)
-                dst = cute.make_rmem_tensor_like(src)
-                cute.autovec_copy(src, dst)
-                xr.append(cute.recast_tensor(dst, cutlass.Int32))
+                xr.append(self.load16(self.x_vec(x, rank, warp, g, c, i, t)))
         return xr
 
     def multiply(self, wr, xr):
@@ -143,10 +136,21 @@ class MmaKernel:
         same permutation on both sides; accumulator s = (r x nt + t) x 4 + f is the MMA's D fragment f of
         row group r and n-tile t."""
         rg, nt = self.rg, self.nt
-        acc = cute.make_rmem_tensor((self.slots,), cutlass.Float32)
-        acc.fill(0.0)
+        acc = self.zeroed_acc()
         for i in range(self.chunks):
             self.mma_step(acc, wr[i * rg * 2:(i + 1) * rg * 2], xr[i * nt:(i + 1) * nt])
+        return acc
+
+    def load16(self, src):
+        """16 bytes of global memory, into registers, as the four 32-bit words the MMA reads."""
+        dst = cute.make_rmem_tensor_like(src)
+        cute.autovec_copy(src, dst)
+        return cute.recast_tensor(dst, cutlass.Int32)
+
+    def zeroed_acc(self):
+        """This thread's accumulators, zeroed."""
+        acc = cute.make_rmem_tensor((self.slots,), cutlass.Float32)
+        acc.fill(0.0)
         return acc
 
     def copy16(self, dst, src):
@@ -201,17 +205,8 @@ class MmaKernel:
                     self.copy16(slot(i, r * 2 + h), w_src(i, r, h))
             cute.arch.cp_async_commit_group()
         cute.arch.griddepcontrol_wait()
-        x_first = []
-        for i in range(depth - 1):
-            row = []
-            for t in range(nt):
-                src = x_src(i, t)
-                dst = cute.make_rmem_tensor_like(src)
-                cute.autovec_copy(src, dst)
-                row.append(cute.recast_tensor(dst, cutlass.Int32))
-            x_first.append(row)
-        acc = cute.make_rmem_tensor((self.slots,), cutlass.Float32)
-        acc.fill(0.0)
+        x_first = [[self.load16(x_src(i, t)) for t in range(nt)] for i in range(depth - 1)]
+        acc = self.zeroed_acc()
         for i in range(chunks):
             nxt = i + depth - 1
             # Groups committed before this step's copies: min(chunks, i + depth - 1); step i's must be in.
