@@ -232,10 +232,39 @@ def test_bench_region_counts_the_median_capture_of_interleaved_rounds(tmp_path, 
     assert "captures spread 50.0%" in capsys.readouterr().out
 
 
+def test_bench_region_leaves_a_mode_that_raises_out_of_the_later_rounds(tmp_path, fake_router, monkeypatch):
+    from sglang_fp32gemm.tools import region_bench
+
+    real = region_bench._fp32_modes
+
+    def with_a_broken_column(bench_, ctx, m, rec):
+        def broken(x, w):
+            raise RuntimeError("kernel fault")
+
+        return {**real(bench_, ctx, m, rec), "broken": {n: broken for n, _ in region.fp32_shapes(ctx.spec)}}
+
+    monkeypatch.setattr(region_bench, "_fp32_modes", with_a_broken_column)
+    timer = StepTimer()
+    argv = ["--region", "--region-model", "tiny", "--region-m", "1", "--region-schedule", "serial",
+            "--region-rounds", "3", "--out-dir", str(tmp_path)]
+    assert bench.main(argv, backends=[], device=torch.device("cpu"), timer=timer) == 0
+    r = json.load(open(tmp_path / "bench_region.json"))["results"][0]
+    assert timer.steps == 3 * 3 + 1  # none, torch, routed in every round; broken once
+    assert "broken" not in r["rounds_step_us"] and "kernel fault" in r["note"]["broken"]
+    assert r["add_per_layer_us"] == {"torch": 4.0, "routed": 4.0}
+
+
 def test_rotated_rounds_start_one_label_later_each_round():
     assert "".join(timing.rotated_rounds("abc", 4)) == "abc" "bca" "cab" "abc"
     assert list(timing.rotated_rounds({"none": 1, "torch": 2}, 2)) == ["none", "torch", "torch", "none"]
     assert list(timing.rotated_rounds([], 3)) == []
+    labels = {"none": [], "torch": [], "routed": []}
+    got = []
+    for label in timing.rotated_rounds(labels, 3):  # a step that raises is dropped by its caller
+        got.append(label)
+        if label == "torch":
+            del labels["torch"]
+    assert got == ["none", "torch", "routed", "routed", "none", "routed", "none"]
 
 
 def test_the_timer_captures_privately_or_as_sglang_does(monkeypatch):

@@ -127,9 +127,7 @@ def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int, rounds: int) -
     steps = region.Steps(spec, ctx.plans[schedule], ctx.weights, x, ctx.streams)
     times: dict[str, list[float]] = {name: [] for name in modes}
     router = routing.get_router()
-    for name in timing.rotated_rounds(modes, rounds):
-        if name not in times:
-            continue  # raised in an earlier round
+    for name in timing.rotated_rounds(times, rounds):  # a mode that raised is dropped from times
         try:
             t, outs = bench.timer.step(steps.of(modes[name]), replays,
                                        before_capture=router.reset_counters if name == "routed" else None)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Callable, Iterator, Optional, Sequence, TypeVar
+from typing import Callable, Collection, Iterator, Optional, Sequence, TypeVar
 
 import torch
 
@@ -57,16 +57,17 @@ def chain_step(x: torch.Tensor, weights: dict[str, list[torch.Tensor]],
     return step
 
 
-def rotated_rounds(labels: Sequence[T], rounds: int) -> Iterator[T]:
+def rotated_rounds(labels: Collection[T], rounds: int) -> Iterator[T]:
     """The order in which steps are captured when their medians are compared (``bench --region``,
     ``joint``, ``tune --rank chain/region/serial``): each label once a round, each round starting one label
     later, so that no label keeps one place in the sequence of captures (H200: a capture of the overlapped
     region now and then runs 3-28% slow, and in runs 13b-18b the slow ones repeated where the sequence did;
-    docs/benchmarks/README.md, "Slow captures")."""
-    labels = list(labels)
+    docs/benchmarks/README.md, "Slow captures"). A label the caller removes from ``labels`` meanwhile (a step
+    that raised) is not given again."""
+    order = list(labels)
     for i in range(rounds):
-        j = i % len(labels) if labels else 0
-        yield from labels[j:] + labels[:j]
+        j = i % len(order) if order else 0
+        yield from (label for label in order[j:] + order[:j] if label in labels)
 
 
 def _replay_median_us(graph: "torch.cuda.CUDAGraph", replays: int) -> float:

@@ -193,9 +193,7 @@ class Tuner:
             except Exception as e:
                 self._rec(c, m, n, k, phase=self.rank, status="error", error=f"{type(e).__name__}: {str(e)[:300]}")
         times: dict[str, list[float]] = {label: [] for label in fns}
-        for label in timing.rotated_rounds(fns, self.rounds):
-            if label not in times:
-                continue  # raised in an earlier round
+        for label in timing.rotated_rounds(times, self.rounds):  # a finalist that raised is dropped from times
             self.budget.check()
             try:
                 times[label].append(self.timer.step(where.step(fns[label]), self.final_replays)[0])
