@@ -19,6 +19,7 @@ Writes OUT_DIR/push_ab.json and prints one line per form. Not yet run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 from pathlib import Path
@@ -44,8 +45,7 @@ FORMS = [
 
 
 def pushed(name: str) -> str:
-    cfg = MmaConfig.parse(name)
-    return MmaConfig(cfg.max_m, cfg.warps, cfg.rg, cfg.cs, cfg.pdl, cfg.staged, cfg.depth, push=True).name
+    return dataclasses.replace(MmaConfig.parse(name), push=True).name
 
 
 def same_bits(fa, fb, m_values, n: int, device) -> bool:
