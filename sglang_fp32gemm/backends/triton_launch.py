@@ -5,7 +5,7 @@ the H200 machine's CPU; ``BoundKernel`` compiles one specialization at bind
 time (``jit_fn.warmup``, 16-byte aligned pointers, integer arguments as a
 specimen) and launches it through ``CompiledKernel.run(gx, gy, gz, stream,
 function, packed_metadata, None, None, None, *args)``, the C launcher that
-Triton 3.2 to 3.8 use (read in 3.6 and 3.8); the profiler's launch hooks are
+Triton 3.2 to 3.9 use (read in 3.6, 3.8 and 3.9); the profiler's launch hooks are
 not called. The caller takes this path only for calls inside the compiled
 specialization. If the internal API differs, ``fast`` is False, ``reason``
 says why, and the caller uses ``slow``, the ordinary launch; CPU devices and
@@ -18,7 +18,7 @@ arguments on. ``direct_launcher`` calls ``launch`` itself with the arguments
 ``__call__`` would give it: it calls ``__call__`` at bind time on a copy of
 the launcher whose ``launch`` records instead of launching, and keeps a
 direct call only where the record is the launch arguments with the run-time
-values in one of the two places Triton 3.5-3.8 put them and every other value
+values in one of the two places Triton 3.5-3.9 put them and every other value
 the same from one call to the next. Otherwise ``launch`` goes through
 ``CompiledKernel.run``. Details: docs/backends/triton.md.
 """
@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 _RUNNER_NAMES = frozenset({"run", "function", "packed_metadata", "launch_enter_hook", "launch_exit_hook"})
 
 
-#: Every name ``CudaLauncher.__call__`` uses in Triton 3.5-3.8 (read in each): a launcher whose ``__call__`` uses
+#: Every name ``CudaLauncher.__call__`` uses in Triton 3.5-3.9 (read in each): a launcher whose ``__call__`` uses
 #: another may do more than pass arguments on, so it is not bypassed.
 _LAUNCHER_CALL_NAMES = frozenset({
     "_allocation", "_allocator", "_profile_allocator", "get", "global_scratch_align", "global_scratch_size",
@@ -49,6 +49,8 @@ _LAUNCHER_CALL_NAMES = frozenset({
     "driver", "runtime", "triton", "gsan_enabled", "GSAN_PER_DEVICE_STATE_STRIDE", "_stream_sync", "experimental",
     "get_current_device", "get_device_rank", "get_global_state_pointer", "gsan", "synchronize_launch_stream",
     "triton.experimental.gsan._allocator", "triton.experimental.gsan._stream_sync",
+    # 3.9: only its gsan branch changed (refused above), which asks these
+    "RuntimeError", "utils", "is_stream_capturing", "get_launch_state",
 })
 
 
@@ -117,7 +119,7 @@ _ARG_PROBE = 3
 def _layout(first: tuple, g1: tuple, a1: tuple, second: tuple, g2: tuple, a2: tuple, tail: tuple,
             c_launch: Callable[..., Any]) -> Optional[Callable[..., None]]:
     """The direct call, if both records are ``(*grid, *mid, *args, *tail)`` (Triton 3.5-3.6) or ``(*grid, *mid,
-    (*args, *tail))`` (3.7-3.8) with the same ``mid``; else None."""
+    (*args, *tail))`` (3.7-3.9) with the same ``mid``; else None."""
     if len(first) != len(second) or first[:4] != g1 or second[:4] != g2:
         return None
     full1, full2 = (*a1, *tail), (*a2, *tail)
