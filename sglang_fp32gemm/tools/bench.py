@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None, backends: Optional[list] = None, device=
             "tables": tables_info(), "tune_log": args.tune_log, "capture": getattr(timer, "capture", None),
             "backends": [b.name for b in bench.backends], "unavailable": bench.unavailable}
     print("versions: " + ", ".join(f"{k}={v}" for k, v in vers.items() if k in
-                                   ("gpu", "driver", "torch", "cuda", "triton", "cutlass_dsl", "git")), flush=True)
+                                   ("gpu", "driver", "torch", "cuda", "triton", "cutlass_dsl", "vllm_ll", "git")), flush=True)
     if device.type == "cuda" and args.workers > 1:
         precompile(precompile_jobs(modes, args, bench, picks), args.workers)
     summaries = run_modes(modes, bench, args, head)

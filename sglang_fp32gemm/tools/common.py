@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Optional
 import torch
 
 from sglang_fp32gemm.backends.verdict_cache import dist_version
+from sglang_fp32gemm.tools import vllm_peer
 
 K_PRO, K_FLASH = 7168, 4096
 N_DSV4 = (512, 1024, 2048, 2560)
@@ -91,6 +92,7 @@ def versions() -> dict:
     spec = _or_none(lambda: importlib.util.find_spec("sglang.kernels.ops.gemm.dense_bf16_gemm_warp_splitk"))
     out["sglang_warp_splitk"] = spec.origin if spec else None
     out["sglang"] = dist_version("sglang")
+    out["vllm_ll"] = _or_none(vllm_peer.source)  # which release's ll_bf16 the peer columns time
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         out["gpu"] = torch.cuda.get_device_name()

@@ -6,7 +6,10 @@ router shapes (N 256/384), so each shape sweeps a few configs by isolated time a
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import logging
+import os
 from typing import Callable, Optional
 
 import torch
@@ -21,6 +24,27 @@ DOTPROD_BS = (128, 256)
 SPLITK = ((2, 4), (2, 6), (4, 4), (6, 4), (8, 4))  # (split_k, num_stages)
 
 Fn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+#: sha256 (first 12 hex digits) of the carried ``_ll_bf16_splitk.py`` -> the vLLM release it is from. The
+#: carry's other files are the same in 0.33.0 and 0.34.0; 0.34.0's split-K kernel makes every CTA of a
+#: cluster arrive at its start and wait before the epilogue stores into its peers' shared memory.
+SPLITK_SOURCES = {"afcebac75622": "0.33.0", "bf9011e5a912": "0.34.0"}
+
+
+def source() -> Optional[str]:
+    """The vLLM release the importable peer comes from (``"0.34.0"``, or ``"unknown (sha256 ...)"``), read
+    from its split-K file without importing it; None where the peer is not on the path."""
+    try:
+        spec = importlib.util.find_spec(MODULE.rsplit(".", 1)[0])
+    except (ImportError, ValueError):
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], "_ll_bf16_splitk.py") \
+        if spec and spec.submodule_search_locations else None
+    if path is None or not os.path.isfile(path):
+        return None
+    with open(path, "rb") as f:
+        sha = hashlib.sha256(f.read()).hexdigest()[:12]
+    return SPLITK_SOURCES.get(sha, f"unknown (sha256 {sha})")
 
 
 def load(device: Optional[torch.device] = None) -> tuple[Optional["VllmLL"], str]:
