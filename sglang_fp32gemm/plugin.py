@@ -197,7 +197,11 @@ def describe() -> list[str]:
             out.append(f"hooked {', '.join(STATE['v41_targets'])} (AROUND; names DeepSeek-V4.1's compressor "
                        f"layer, kind v41) and {releases.V41_OWNER_INIT} (AFTER; gives it its layer id)")
         rounds = []
-        if lay.linear_aiter:
+        if lay.linear_aiter == "hip":
+            out.append("ROCm: SGLang's linear_bf16_fp32 may call aiter for bf16 weights, fp32-exact only with an "
+                       "aiter whose fp32 kernels keep C in fp32; with the plugin on, such calls give the fp32 "
+                       "product")
+        elif lay.linear_aiter:
             rounds.append("inside linear_bf16_fp32" + (" (bf16 weights)" if lay.linear_aiter == "bf16" else ""))
         if lay.compressor_aiter == "_tgemm":
             rounds.append("in Compressor.compute_kv_score, which calls the module's _tgemm with bf16 output"

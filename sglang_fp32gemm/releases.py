@@ -35,7 +35,9 @@ MULTI_STREAM_METHODS = ("_forward_prepare_multi_stream", "_forward_prepare_low_r
 class ReleaseLayout:
     """One family of SGLang releases: where the GEMM is, and what rounds to bf16 on ROCm with aiter.
 
-    ``linear_aiter``: ``linear_bf16_fp32`` rounds for "all" weights or "bf16" ones only; None: never.
+    ``linear_aiter``: ``linear_bf16_fp32`` rounds for "all" weights or "bf16" ones only; "hip": it may call
+    aiter for bf16 weights on any ROCm build (an aiter branch not gated by ``_use_aiter``, in no release up to
+    0.5.23), whose exactness depends on the aiter installed; None: never.
     ``compressor_aiter``: "_tgemm" (the module global, called by ``compute_kv_score`` with bf16 output),
     "tgemm" (``_compute_wkv_gate`` returns ``tgemm.mm(...).float()`` for bf16 weights); None: none.
     """
@@ -164,18 +166,22 @@ def detect_layout() -> tuple[Optional[ReleaseLayout], list[str]]:
                           "calls route without their layer")
     cvars = vars(comp_mod) if comp_mod is not None else {}
     compressor_aiter = "_tgemm" if "_tgemm" in cvars else ("tgemm" if "_use_aiter" in cvars else None)
-    linear_has_aiter = linear_mod is not None and "_use_aiter" in vars(linear_mod)
+    linear_vars = vars(linear_mod) if linear_mod is not None else {}
+    linear_has_aiter = "_use_aiter" in linear_vars
+    # An aiter branch reached on ROCm without _use_aiter (a global named for aiter; none in 0.5.12-0.5.23):
+    # SGLang's own result then depends on the aiter build, so the layout is not one we have read.
+    linear_hip_aiter = not linear_has_aiter and any("aiter" in name.lower() for name in linear_vars)
     version = sglang_version()
     for known in RELEASE_LAYOUTS:
         if (known.linear_module == linear_name and known.layer_method == layer_method
                 and known.compressor_aiter == compressor_aiter
-                and (known.linear_aiter is not None) == linear_has_aiter):
+                and (known.linear_aiter is not None) == linear_has_aiter and not linear_hip_aiter):
             return dataclasses.replace(known, layer_methods=methods, sglang_version=version), errors
     # Not a layout we have read, or part of it missing (reported above):
     # hook what is there; assume the worst of an aiter branch.
     name = "unrecognized" if linear_mod is not None and comp_cls is not None else "incomplete (see errors)"
-    lay = ReleaseLayout(name, linear_name or "", layer_method, "all" if linear_has_aiter else None,
-                        compressor_aiter, methods, version)
+    linear_aiter = "all" if linear_has_aiter else ("hip" if linear_hip_aiter else None)
+    lay = ReleaseLayout(name, linear_name or "", layer_method, linear_aiter, compressor_aiter, methods, version)
     if not errors:
         logger.warning("sglang-fp32gemm: SGLang %s has a layout not in the plugin's table (%s, %s); hooking "
                        "what was found", version, lay.linear_target, ", ".join(lay.layer_targets))
@@ -187,6 +193,8 @@ def linear_rounds(lay: Optional[ReleaseLayout], w: torch.Tensor) -> bool:
     """Would SGLang's own ``linear_bf16_fp32`` round this call to bf16 (its aiter branch)?"""
     if lay is None or lay.linear_aiter is None:
         return False
+    if lay.linear_aiter == "hip":
+        return bool(torch.version.hip) and w.dtype == torch.bfloat16
     if not getattr(sys.modules.get(lay.linear_module), "_use_aiter", False):
         return False
     return lay.linear_aiter == "all" or w.dtype == torch.bfloat16
@@ -205,5 +213,6 @@ def aiter_active(lay: Optional[ReleaseLayout]) -> bool:
     if lay is None:
         return False
     lin, comp = sys.modules.get(lay.linear_module), sys.modules.get(COMPRESSOR_MODULE)
-    return bool(getattr(lin, "_use_aiter", False) or getattr(comp, "_use_aiter", False)
+    return bool((lay.linear_aiter == "hip" and torch.version.hip)
+                or getattr(lin, "_use_aiter", False) or getattr(comp, "_use_aiter", False)
                 or getattr(comp, "_tgemm", None) is not None)

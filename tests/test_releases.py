@@ -328,6 +328,60 @@ def test_import_helpers_tell_absent_from_failing(tmp_path, monkeypatch):
         monkeypatch.delitem(sys.modules, name)
 
 
+def test_an_aiter_branch_not_gated_by_use_aiter_is_a_layout_not_yet_read(tmp_path, monkeypatch, caplog):
+    """A linear module like 0.5.22-0.5.23's plus an aiter branch that ROCm alone reaches (a global named for
+    aiter, no ``_use_aiter``; SGLang's repository has such a commit, no release up to 0.5.23 has): it is
+    reported as unrecognized, and on ROCm its bf16 calls that no kernel takes get the fp32 product, since
+    SGLang's own result would depend on the aiter build."""
+    import dataclasses
+    import logging
+
+    import torch
+
+    from sglang_fp32gemm import releases
+
+    pkg = tmp_path / "relfake"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "plain.py").write_text("def linear_bf16_fp32(x, y):\n    return x\n")
+    (pkg / "hip.py").write_text("def _aiter_tuned_gemm():\n    return None\n\n\n"
+                                "def linear_bf16_fp32(x, y):\n    return x\n")
+    (pkg / "compressor.py").write_text("_use_aiter = False\n\n\nclass Compressor:\n"
+                                       "    def _compute_wkv_gate(self, x):\n        return x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(releases, "COMPRESSOR_MODULE", "relfake.compressor")
+    newest = releases.RELEASE_LAYOUTS[0]
+    assert newest.releases == "0.5.22-0.5.23"
+    layouts = tuple(dataclasses.replace(newest, linear_module=f"relfake.{m}") for m in ("plain", "hip"))
+    monkeypatch.setattr(releases, "RELEASE_LAYOUTS", layouts)
+    bf16, fp32 = torch.ones(2, 2, dtype=torch.bfloat16), torch.ones(2, 2)
+    try:
+        monkeypatch.setattr(releases, "LINEAR_MODULES", ("relfake.plain",))
+        lay, errors = releases.detect_layout()
+        assert errors == [] and lay.releases == "0.5.22-0.5.23" and lay.linear_aiter is None
+        assert not releases.linear_rounds(lay, bf16)
+
+        monkeypatch.setattr(releases, "LINEAR_MODULES", ("relfake.hip",))
+        with caplog.at_level(logging.WARNING, logger="sglang_fp32gemm"):
+            lay, errors = releases.detect_layout()
+        assert errors == [] and lay.releases == "unrecognized" and lay.linear_aiter == "hip"
+        assert [r.getMessage() for r in caplog.records if "not in the plugin's table" in r.getMessage()]
+        monkeypatch.setattr(torch.version, "hip", None)
+        assert not releases.linear_rounds(lay, bf16) and not releases.aiter_active(lay)
+        monkeypatch.setattr(torch.version, "hip", "6.4")
+        assert releases.linear_rounds(lay, bf16) and releases.compressor_rounds(lay, bf16)
+        assert not releases.linear_rounds(lay, fp32) and releases.aiter_active(lay)
+        from sglang_fp32gemm import plugin
+
+        for key, value in {"registered": True, "off": False, "layout": lay}.items():
+            monkeypatch.setitem(plugin.STATE, key, value)
+        said = [line for line in plugin.describe() if "aiter" in line]
+        assert len(said) == 1 and said[0].startswith("ROCm: SGLang's linear_bf16_fp32 may call aiter"), said
+    finally:
+        for name in [n for n in sys.modules if n.startswith("relfake")]:
+            del sys.modules[name]
+
+
 _MISSING_PACKAGE = r'''
 import json, sys
 class Blocker:  # as if the optional package gguf were not installed
