@@ -7,9 +7,9 @@ router shapes (N 256/384), so each shape sweeps a few configs by isolated time a
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
 import os
+import sys
 from typing import Callable, Optional
 
 import torch
@@ -32,19 +32,16 @@ SPLITK_SOURCES = {"afcebac75622": "0.33.0", "bf9011e5a912": "0.34.0"}
 
 
 def source() -> Optional[str]:
-    """The vLLM release the importable peer comes from (``"0.34.0"``, or ``"unknown (sha256 ...)"``), read
-    from its split-K file without importing it; None where the peer is not on the path."""
-    try:
-        spec = importlib.util.find_spec(MODULE.rsplit(".", 1)[0])
-    except (ImportError, ValueError):
-        return None
-    path = os.path.join(list(spec.submodule_search_locations)[0], "_ll_bf16_splitk.py") \
-        if spec and spec.submodule_search_locations else None
-    if path is None or not os.path.isfile(path):
-        return None
-    with open(path, "rb") as f:
-        sha = hashlib.sha256(f.read()).hexdigest()[:12]
-    return SPLITK_SOURCES.get(sha, f"unknown (sha256 {sha})")
+    """The vLLM release the peer on the path comes from (``"0.34.0"``, or ``"unknown (sha256 ...)"``), read
+    from its split-K file; None where there is none. Imports nothing (``vllm`` itself may be heavy)."""
+    rel = os.path.join(*MODULE.split(".")[:-1], "_ll_bf16_splitk.py")
+    for entry in sys.path:
+        path = os.path.join(entry or os.getcwd(), rel)
+        if os.path.isfile(path):
+            with open(path, "rb") as f:
+                sha = hashlib.sha256(f.read()).hexdigest()[:12]
+            return SPLITK_SOURCES.get(sha, f"unknown (sha256 {sha})")
+    return None
 
 
 def load(device: Optional[torch.device] = None) -> tuple[Optional["VllmLL"], str]:
