@@ -31,7 +31,8 @@ done
 have() { "$PY" -c "import importlib.metadata as m; print(m.version('$1'))"; }
 put() {  # put FOLDER PACKAGE==V...: install once into FOLDER
   local d=$1; shift
-  [ -f "$d/.done" ] || { "$PY" -m pip install -q --no-deps --target "$d" "$@" > "$d.log" 2>&1 && touch "$d/.done"; }
+  [ -f "$d/.done" ] || { "$PY" -m pip install -q --no-deps --target "$d" "$@" > "$d.log" 2>&1 && touch "$d/.done"; } ||
+    { echo "  could not install $* ($d.log)" >&2; exit 1; }
 }
 status=0
 
