@@ -23,7 +23,9 @@ ALL="0.5.12 0.5.13 0.5.14 0.5.15 0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.2
 extras() {
   case "$1" in
     0.5.12) echo "transformers==5.6.0 tokenizers==0.22.2 huggingface-hub>=1.5,<2 xgrammar==0.2.0" ;;
-    0.5.13|0.5.14) echo "transformers==5.8.1 tokenizers==0.22.2 huggingface-hub>=1.5,<2 xgrammar==0.2.1" ;;
+    # 0.5.13's DeepSeek model imports its mhc module, which imports tilelang (the release pins 0.1.8) at once.
+    0.5.13) echo "transformers==5.8.1 tokenizers==0.22.2 huggingface-hub>=1.5,<2 xgrammar==0.2.1 tilelang==0.1.8 z3-solver==4.15.4.0 cloudpickle ml-dtypes torch-c-dlpack-ext" ;;
+    0.5.14) echo "transformers==5.8.1 tokenizers==0.22.2 huggingface-hub>=1.5,<2 xgrammar==0.2.1" ;;
     # 0.5.15's DeepSeek import chain imports cutlass (CuTe DSL; its .pth is read by tests/test_releases.py).
     0.5.15) echo "transformers==5.12.1 tokenizers==0.22.2 huggingface-hub>=1.5,<2 xgrammar==0.2.1 nvidia-cutlass-dsl==4.5.2 nvidia-cutlass-dsl-libs-base==4.5.2" ;;
     0.5.1[6-9]|0.5.20) echo "transformers==5.12.1 tokenizers==0.22.2 huggingface-hub>=1.5,<2 xgrammar==0.2.1" ;;

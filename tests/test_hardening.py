@@ -38,13 +38,24 @@ def release_report(request, shared_report) -> dict:
 # -- 1: every hook traces under torch.compile(fullgraph=True), in every state ------------------------
 @pytest.mark.parametrize("version", HARDENED)
 def test_hooks_trace_under_fullgraph_compile_in_every_state(version, release_report):
+    """On, every hooked call compiles and is exact. Off or misconfigured, the hook traces SGLang's own call,
+    so it compiles wherever SGLang's own function does (on the CPU 0.5.12-0.5.16's do not: the report says
+    why) and fails with the same exception where that does not."""
     states = release_report["states"]
     assert (states["on"]["enabled"], states["bad"]["error"], states["off"]["enabled"]) == (True, True, False)
     for state, got in states.items():
         calls = {k: v for k, v in got.items() if k in ("linear", "wkv")}
         assert "linear" in calls, got
         for name, err in calls.items():
-            assert isinstance(err, float) and err <= 1e-5, f"{version} {state} {name}: {err}"
+            own = got[f"{name}_sglang"]
+            if state == "on" or isinstance(own, float):
+                assert isinstance(err, float) and err <= 1e-5, f"{version} {state} {name}: {err}"
+            else:
+                assert isinstance(err, str) and err.split(":")[0] == own.split(":")[0], (version, state, err, own)
+    # Where SGLang's own CPU path compiles (0.5.17 on), nothing is excused.
+    if version not in ("0.5.12", "0.5.13", "0.5.14", "0.5.15", "0.5.16"):
+        assert all(isinstance(v, float) for got in states.values() for k, v in got.items()
+                   if k.startswith(("linear", "wkv"))), states
 
 
 # -- 8: a call that autograd must see is never routed --------------------------------------------------

@@ -8,7 +8,10 @@ installed). Two parts, one ``REPORT <json>`` line:
   reset, a fresh compressor is built (its layer decision cold) and
   ``linear_bf16_fp32`` and ``Compressor._compute_wkv_gate`` are compiled with
   ``torch.compile(fullgraph=True, dynamic=True)`` and called: each call's
-  relative error against float64, or the exception that stopped it.
+  relative error against float64, or the exception that stopped it; and the
+  same for SGLang's own functions (unhooked), which some releases' CPU paths
+  cannot compile (0.5.12 builds a C++ extension per call; 0.5.13-0.5.16 call
+  ``torch.mm(out_dtype=)``, which inductor lowers only on CUDA and XPU).
 * ``v41``: whether the release has DeepSeek-V4.1's compressor, what was
   hooked, and, with a fake fast backend, the router's counters for
   ``project()`` of a compressor named as layer 7 by the plugin's
@@ -45,6 +48,15 @@ def rel(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> float:
     return exactness.rel_error(out, exactness.reference(x, w))
 
 
+def compiled_error(fn, x: torch.Tensor, w: torch.Tensor):
+    """``fn(x, w)`` under ``torch.compile(fullgraph=True, dynamic=True)``: its relative error, or the exception
+    that stopped it (type, then message)."""
+    try:
+        return rel(torch.compile(fn, fullgraph=True, dynamic=True)(x, w), x, w)
+    except Exception as e:  # the report says what stopped it
+        return f"{type(e).__name__}: {str(e)[:400]}"
+
+
 for state, value in (("on", "1"), ("bad", "maybe"), ("off", "0")):
     os.environ[S.ENABLE_VAR] = value
     try:
@@ -56,20 +68,16 @@ for state, value in (("on", "1"), ("bad", "maybe"), ("off", "0")):
     got: dict = {"enabled": r.enabled, "error": r.error is not None}
     x = exactness.random_bf16(4, K)
     w = exactness.random_bf16(64, K)
-    try:
-        f = torch.compile(lambda a, b: G.linear_bf16_fp32(a, b), fullgraph=True, dynamic=True)
-        got["linear"] = rel(f(x, w), x, w)
-    except Exception as e:  # the report says what stopped it
-        got["linear"] = f"{type(e).__name__}: {str(e)[:400]}"
+    linear = G.linear_bf16_fp32
+    got["linear"] = compiled_error(lambda a, b: linear(a, b), x, w)
+    got["linear_sglang"] = compiled_error(lambda a, b: linear.__wrapped__(a, b), x, w)
     if hasattr(C.Compressor, "_compute_wkv_gate"):
         comp = C.Compressor(CFG, layer_id=2, is_in_indexer=False, freqs_cis=None, compress_ratio=128, head_dim=64)
         with torch.no_grad():
             comp.wkv_gate.weight.copy_(exactness.random_bf16(*comp.wkv_gate.weight.shape))
-        try:
-            g = torch.compile(lambda a: comp._compute_wkv_gate(a), fullgraph=True, dynamic=True)
-            got["wkv"] = rel(g(x), x, comp.wkv_gate.weight)
-        except Exception as e:
-            got["wkv"] = f"{type(e).__name__}: {str(e)[:400]}"
+        wkv = C.Compressor._compute_wkv_gate
+        got["wkv"] = compiled_error(lambda a, b: comp._compute_wkv_gate(a), x, comp.wkv_gate.weight)
+        got["wkv_sglang"] = compiled_error(lambda a, b: wkv.__wrapped__(comp, a), x, comp.wkv_gate.weight)
     rep["states"][state] = got
 
 import sys  # noqa: E402
