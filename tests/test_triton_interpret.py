@@ -157,6 +157,9 @@ def test_pdl_names_round_trip_and_set_the_launch_option(cfg):
     assert replace(cfg, pdl=False).constexprs(7168, upcast=False)["PDL"] is False
     assert cfg.options(True)["launch_pdl"] is True
     assert "launch_pdl" not in cfg.options(False)  # no PDL launch off a GPU
+    # FMA contraction by name on a GPU (Triton 3.10 turns its default off); the CPU interpreter takes no such option
+    assert cfg.options(True)["enable_fp_fusion"] is True and replace(cfg, pdl=False).options(True)["enable_fp_fusion"]
+    assert "enable_fp_fusion" not in cfg.options(False)
     assert "launch_pdl" not in replace(cfg, pdl=False).options(True)
     for be in (TritonEpochBackend(), TritonSplitKBackend()):
         if be.CONFIG is type(cfg):

@@ -93,10 +93,17 @@ class TileConfig:
                     K_ITERS=k // (self.bk * self.split_k), UPCAST=upcast, PDL=self.pdl)
 
     def options(self, on_cuda: bool = True) -> dict[str, Any]:
-        """Launch options: warps, stages, and ``launch_pdl`` for a PDL config on a GPU."""
+        """Launch options: warps, stages, on a GPU FMA contraction named (``enable_fp_fusion``), and
+        ``launch_pdl`` for a PDL config on a GPU.
+
+        FMA contraction is what Triton 3.2-3.9 do by default and what every table row was checked and timed
+        with; Triton 3.9 warns that 3.10 turns the default off, so the kernels ask for it by name.
+        """
         opts: dict[str, Any] = {"num_warps": self.num_warps, "num_stages": self.num_stages}
-        if self.pdl and on_cuda:
-            opts["launch_pdl"] = True
+        if on_cuda:
+            opts["enable_fp_fusion"] = True
+            if self.pdl:
+                opts["launch_pdl"] = True
         return opts
 
 
