@@ -2,7 +2,8 @@
 # Check the plugin against kernel toolchains newer than those in .venv (SGLang 0.5.23's pins), on this
 # CPU machine, without changing .venv: each version is installed with --no-deps into its own folder
 # under $TOOLCHAIN_DIR (default /tmp/toolchain-check) and put first on PYTHONPATH.
-#   Triton       the whole CPU test suite with it
+#   Triton       the whole CPU test suite with it, and every Triton row of configs/sm90*.csv compiled for
+#                sm_90 (toolchain_dump.py triton: which rows compile, and PDL rows keep griddepcontrol)
 #   CUTLASS DSL  sm_90a PTX of our CuTe-DSL forms, diffed against .venv's (scripts/toolchain_dump.py)
 #   FlyDSL       gfx950 ISA of the shipped configs, diffed against .venv's
 #   torch        only when torch=V is given (downloads about 3 GB): the whole CPU test suite in a venv of
@@ -42,6 +43,12 @@ if PYTHONPATH="$W/triton-$triton" "$PY" -m pytest -q > "$W/triton-$triton.pytest
   echo "  $(tail -n 1 "$W/triton-$triton.pytest.txt")"
 else
   echo "  FAILED: $(tail -n 1 "$W/triton-$triton.pytest.txt") ($W/triton-$triton.pytest.txt)"; status=1
+fi
+if PYTHONPATH="$W/triton-$triton" "$PY" scripts/toolchain_dump.py triton "$W/triton-$triton.ptx" \
+     > "$W/triton-$triton.compile.txt" 2>&1; then
+  echo "  $(tail -n 1 "$W/triton-$triton.compile.txt")"
+else
+  echo "  compiling the rows FAILED: $(tail -n 1 "$W/triton-$triton.compile.txt")"; status=1
 fi
 
 compare() {  # compare KIND LABEL FOLDER: dump with .venv's and with FOLDER first on the path, then diff

@@ -3,6 +3,7 @@ another toolchain version (scripts/toolchain_check.sh). CPU only: nothing runs.
 
     python scripts/toolchain_dump.py ptx OUT   # CuTe-DSL forms -> sm_90a PTX (the installed CUTLASS DSL)
     python scripts/toolchain_dump.py isa OUT   # every shipped gfx950 FlyDSL config -> ISA (the installed FlyDSL)
+    python scripts/toolchain_dump.py triton OUT   # every Triton row of configs/sm90*.csv -> sm_90 PTX (the installed Triton)
 
 Each form's PTX is compiled in its own interpreter (the CUTLASS DSL keeps compiled state per process).
 """
@@ -73,6 +74,43 @@ def dump_isa(out: pathlib.Path) -> None:
         print(f"{cfg.short} N={n} K={k}: compiled", flush=True)
 
 
+def dump_triton(out: pathlib.Path) -> None:
+    """Compile every Triton row of the packaged sm90 tables for sm_90 with the launch options the plugin uses
+    (``triton.compile`` of an ``ASTSource``: no GPU). Triton versions generate different code, so a check
+    compares which rows compile and whether the PDL rows carry their ``griddepcontrol`` instructions."""
+    import csv
+
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from sglang_fp32gemm.backends.triton import TritonEpochBackend
+    from sglang_fp32gemm.backends.triton_det import TritonSplitKBackend
+
+    _record_version(out, "triton")
+    pointer = {torch.bfloat16: "*bf16", torch.float32: "*fp32", torch.int32: "*i32"}
+    rows = sorted({(r["kernelName"], int(r["N"]), int(r["K"]))
+                   for path in sorted(pathlib.Path("configs").glob("sm90*.csv"))
+                   for r in csv.DictReader(path.open()) if r["libtype"].startswith("triton")})
+    for name, n, k in rows:
+        be = next(b for b in (TritonEpochBackend(), TritonSplitKBackend()) if name.startswith(b.CONFIG.PREFIX + "_"))
+        cfg = be.parse(name)
+        fn, consts = be.get_kernel(), cfg.constexprs(k, upcast=False)
+        # x, w, out, scratch, counters, then integers: the order BoundKernel's specimen has
+        ptrs = [torch.bfloat16, torch.bfloat16, torch.float32, be.SCRATCH_DTYPE, torch.int32]
+        runtime = [a for a in fn.arg_names if a not in consts]
+        sig = {a: (pointer[ptrs[i]] if i < len(ptrs) else "i32") for i, a in enumerate(runtime)}
+        sig.update(dict.fromkeys(consts, "constexpr"))
+        src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()})
+        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=cfg.options(True)).asm["ptx"]
+        pdl = "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx
+        if pdl != cfg.pdl:
+            raise SystemExit(f"{name}: PDL config {cfg.pdl} but griddepcontrol in its PTX {pdl}")
+        (out / f"{name}_n{n}k{k}.ptx").write_text(_strip(ptx))
+    print(f"{len(rows)} Triton rows compiled for sm_90 with Triton {triton.__version__}", flush=True)
+
+
 if __name__ == "__main__":
     what = sys.argv[1]
     if what == "one":
@@ -81,5 +119,7 @@ if __name__ == "__main__":
         dump_ptx(pathlib.Path(sys.argv[2]))
     elif what == "isa":
         dump_isa(pathlib.Path(sys.argv[2]))
+    elif what == "triton":
+        dump_triton(pathlib.Path(sys.argv[2]))
     else:
-        sys.exit(f"unknown {what!r}: ptx | isa")
+        sys.exit(f"unknown {what!r}: ptx | isa | triton")
