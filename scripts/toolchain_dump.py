@@ -97,10 +97,8 @@ def dump_triton(out: pathlib.Path) -> None:
         be = next(b for b in (TritonEpochBackend(), TritonSplitKBackend()) if name.startswith(b.CONFIG.PREFIX + "_"))
         cfg = be.parse(name)
         fn, consts = be.get_kernel(), cfg.constexprs(k, upcast=False)
-        # x, w, out, scratch, counters, then integers: the order BoundKernel's specimen has
-        ptrs = [torch.bfloat16, torch.bfloat16, torch.float32, be.SCRATCH_DTYPE, torch.int32]
-        runtime = [a for a in fn.arg_names if a not in consts]
-        sig = {a: (pointer[ptrs[i]] if i < len(ptrs) else "i32") for i, a in enumerate(runtime)}
+        runtime = [a for a in fn.arg_names if a not in consts]  # run-time arguments first (BoundKernel checks)
+        sig = {a: pointer[v] if isinstance(v, torch.dtype) else "i32" for a, v in zip(runtime, be.specimen(n, k))}
         sig.update(dict.fromkeys(consts, "constexpr"))
         src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()})
         ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=cfg.options(True)).asm["ptx"]

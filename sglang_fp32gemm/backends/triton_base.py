@@ -282,6 +282,11 @@ class TritonBackend(Backend):
         gx, gy, gz = self.plan(cfg, n)(m)[:3]
         return gx * gy * gz
 
+    def specimen(self, n: int, k: int) -> tuple:
+        """The kernel's run-time arguments as the compiled specialization sees them: pointer dtypes, then
+        integers (x, w, out, scratch, counters, M, N, K, stride_xm, stride_wn, stride_om)."""
+        return (torch.bfloat16, torch.bfloat16, torch.float32, self.SCRATCH_DTYPE, torch.int32, 1, n, k, k, k, n)
+
     # -- bind --------------------------------------------------------------------------------------
     def bind(self, cfg: TileConfig, device: torch.device, n: int, k: int) -> KernelFn:
         """Compile once for (cfg, device, N, K) and return the hot-path ``fn(x, w)``."""
@@ -293,12 +298,8 @@ class TritonBackend(Backend):
         if on_cuda and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         idx = device.index
-        kern = BoundKernel(
-            self.get_kernel(), device,
-            # x, w, out, scratch, counters, M, N, K, stride_xm, stride_wn, stride_om
-            (torch.bfloat16, torch.bfloat16, torch.float32, self.SCRATCH_DTYPE, torch.int32, 1, n, k, k, k, n),
-            cfg.constexprs(k, upcast=not on_cuda), cfg.options(on_cuda), try_fast=on_cuda,
-        )
+        kern = BoundKernel(self.get_kernel(), device, self.specimen(n, k), cfg.constexprs(k, upcast=not on_cuda),
+                           cfg.options(on_cuda), try_fast=on_cuda)
         plan = self.plan(cfg, n)
         pool = self.buffers(cfg, device, n)
         by_stream, replace = pool.by_stream, pool.replace
