@@ -268,17 +268,19 @@ def test_rotated_rounds_start_one_label_later_each_round():
 
 
 def test_the_timer_captures_privately_or_as_sglang_does(monkeypatch):
-    """private: a fresh stream and no shared pool per graph; sglang: one stream and one pool for every graph."""
+    """private: a fresh stream and no shared pool per graph; sglang (the default): one stream and one pool
+    for every graph."""
     made = []
     monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: made.append("stream") or object())
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: made.append("pool") or ("pool", len(made)))
-    private = timing.CudaTimer()
+    private = timing.CudaTimer("private")
     (s1, p1), (s2, p2) = private._capture_on(), private._capture_on()
     assert s1 is not s2 and p1 is None and p2 is None
-    shared = timing.CudaTimer("sglang")
+    shared = timing.CudaTimer()
+    assert shared.capture == "sglang"
     assert shared._capture_on() == shared._capture_on() and shared._capture_on()[1] is not None
     assert made == ["stream", "stream", "stream", "pool"]
-    with pytest.raises(ValueError, match="one of private, sglang"):
+    with pytest.raises(ValueError, match="one of sglang, private"):
         timing.CudaTimer("shared")
 
 
@@ -286,16 +288,21 @@ def test_bench_passes_the_capture_setting_to_its_timer_and_records_it(tmp_path, 
     made = []
 
     class Recorder(StepTimer):
-        def __init__(self, capture="private"):
+        def __init__(self, capture):
             super().__init__()
             self.capture = capture
             made.append(capture)
 
     monkeypatch.setattr(timing, "CudaTimer", Recorder)
     argv = ["--region", "--region-model", "tiny", "--region-m", "1", "--region-schedule", "serial",
-            "--region-rounds", "1", "--capture", "sglang", "--out-dir", str(tmp_path)]
-    assert bench.main(argv, backends=[], device=torch.device("cpu")) == 0
-    assert made == ["sglang"] and json.load(open(tmp_path / "bench_region.json"))["capture"] == "sglang"
+            "--region-rounds", "1", "--out-dir", str(tmp_path)]
+    for capture in ("private", "sglang"):
+        d = tmp_path / capture
+        assert bench.main(argv + ["--capture", capture, "--out-dir", str(d)], backends=[],
+                          device=torch.device("cpu")) == 0
+        assert json.load(open(d / "bench_region.json"))["capture"] == capture
+    assert bench.main(argv, backends=[], device=torch.device("cpu")) == 0  # the default: SGLang's way
+    assert made == ["private", "sglang", "sglang"]
 
 
 def test_route_check_fails_when_a_call_is_not_where_the_table_says(tmp_path, fake_router, monkeypatch):

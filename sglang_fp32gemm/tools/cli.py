@@ -54,8 +54,8 @@ def add_capture(ap: argparse.ArgumentParser) -> None:
     from sglang_fp32gemm.tools.timing import CAPTURES
 
     ap.add_argument("--capture", choices=CAPTURES, default=CAPTURES[0],
-                    help="CUDA-graph capture: a fresh stream and a private memory pool per graph (private, the "
-                         "default), or one capture stream and one shared pool, as SGLang's graph runner (sglang)")
+                    help="CUDA-graph capture: one capture stream and one shared memory pool, as SGLang's graph "
+                         "runner (sglang, the default), or a fresh stream and a private pool per graph (private)")
 
 
 def run_command(main, argv: list[str]) -> int:
