@@ -2,8 +2,9 @@
 # Room for a device call: the work tree and the carries travel together, 64 MiB at most, and the
 # CuTe-DSL carry alone is ~60 MB. This moves the recorded H200 results a device call does not read
 # (reports, logs, JSON, Markdown, plots under docs/benchmarks/h200/), and the Markdown under docs/, out of
-# the work tree, and back. Kept: tune logs, tables, scripts (what device scripts and --tune-log read) and
-# the newest two runs.
+# the work tree, and back. Kept: tune logs, tables and scripts, what device scripts and --tune-log read.
+# (Until run 19 the newest two runs stayed whole; no device step reads their reports, and run 19's
+# left too little room.)
 #
 #   bash scripts/device_room.sh out    # before the device call
 #   bash scripts/device_room.sh back   # after it, before any git add
@@ -17,12 +18,10 @@ H=docs/benchmarks/h200
 case "${1:-}" in
   out)
     [ ! -e "$LIST" ] || { echo "device_room: already out ($LIST); run 'back' first" >&2; exit 1; }
-    newest=$(ls -d $H/run* | sed 's/.*run//' | sort -n | tail -2 | sed "s|^|$H/run|")
     mkdir -p "$ROOM"
     # Also the project's prose outside $H (docs/**/*.md, about 190 KB): no device step reads it.
     { git ls-files $H | grep -vE '\.(jsonl\.gz|csv|sh|py)$'; git ls-files docs | grep -v "^$H/" | grep '\.md$'; } |
     while read -r f; do
-      for n in $newest; do case "$f" in "$n"/*) continue 2 ;; esac; done
       [ -e "$f" ] || continue
       mkdir -p "$ROOM/$(dirname "$f")" && mv "$f" "$ROOM/$f" && echo "$f"
     done > "$LIST"
