@@ -17,7 +17,7 @@
 #     backend columns' configs from the committed tune logs and these: host wall time per call of torch.mm,
 #     the routed call, Triton alone and cutedsl-mma alone, M 4/8/16/32 x N 512-2560. About 60 s.
 # A candidate ships (configs/sm90_eager.csv) only where the routed call is <= 0.8x torch.mm and below the
-# Triton route's in the same process. Not yet run. In all about 350-400 s: a call of its own (timeout_s 600).
+# Triton route's in the same process. Ran as run 19d (466 s; docs/benchmarks/README.md, run 19).
 set -uo pipefail
 : "${OUT:?OUT must name the output folder (the device machine sets it)}"
 eval "$(bash .cutedsl/cutedsl_carry.sh unpack .cutedsl /tmp/site)"

@@ -14,7 +14,7 @@ forms of runs 17-18's logs), both reductions are
 
     python3 docs/benchmarks/h200/run19/push_ab.py OUT_DIR [--rounds 3]
 
-Writes OUT_DIR/push_ab.json and prints one line per form. Not yet run.
+Writes OUT_DIR/push_ab.json and prints one line per form. Ran as run 19a (docs/benchmarks/README.md, run 19).
 """
 from __future__ import annotations
 

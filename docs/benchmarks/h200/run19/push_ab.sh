@@ -4,7 +4,7 @@
 #  1. The push forms' GPU tests (tests/test_cutedsl_mma_gpu.py -k push): exact, the same bits as their pull
 #     forms, and under graph replay with PDL right after the kernel that writes x. ~30 s.
 #  2. push_ab.py: each pair checked (exact, same bits) and timed alone and in the V4-Pro serial schedule. ~150 s.
-# Nothing ships from this call: if push wins, candidates() offers it and the next tune ranks it. Not yet run.
+# Nothing ships from this call: if push wins, candidates() offers it and the next tune ranks it. Ran as run 19a.
 set -uo pipefail
 : "${OUT:?OUT must name the output folder (the device machine sets it)}"
 eval "$(bash .cutedsl/cutedsl_carry.sh unpack .cutedsl /tmp/site)"

@@ -15,7 +15,7 @@
 #     keeps the timer's old way, so that a fault of the new one cannot cost both): ~5-6 minutes (a
 #     timeout writes the rows done; V4-Pro's come first).
 #     Output $OUT/bench/ (scripts/device_run.sh, which also packs everything into results.tar.gz).
-# Estimates are from run 18's capture times (about 0.4 s a capture); not yet run. In all about 500 s: run it
+# Estimates are from run 18's capture times (about 0.4 s a capture). Ran as run 19b in 338 s; run it
 # as a call of its own (timeout_s 600).
 set -uo pipefail
 : "${OUT:?OUT must name the output folder (the device machine sets it)}"
