@@ -85,13 +85,13 @@ def test_shape_rules(cfg, m, n, k, ok):
     assert CuteDSLMmaBackend().supports(cfg, m, n, k)[0] is ok
 
 
-def test_candidates_only_at_m_3_to_32_and_every_one_takes_the_shape():
+def test_candidates_only_at_m_1_to_32_and_every_one_takes_the_shape():
     b = CuteDSLMmaBackend()
     for k in (7168, 4096, 5120):
         for n in (512, 1024, 2048, 2560):
             for m in (1, 2, 3, 4, 8, 9, 16, 17, 32, 33):
                 cands = b.candidates(m, n, k)
-                assert bool(cands) == (3 <= m <= 32), (m, n, k)
+                assert bool(cands) == (1 <= m <= 32), (m, n, k)
                 for c in cands:
                     assert c.max_m == (8 if m <= 8 else 16 if m <= 16 else 32), (c, m)
                     assert b.supports(c, m, n, k)[0], (c, m, n, k)
@@ -115,12 +115,12 @@ from sglang_fp32gemm.backends.cutedsl_mma_kernel import MmaKernel
 cutedsl_mma.sm90_or_later = lambda: True  # the PDL forms too
 b, seen, bad = cutedsl_mma.CuteDSLMmaBackend(), set(), []
 for n, k in ((512, 7168), (1024, 7168), (2048, 7168), (2560, 7168), (1024, 4096), (512, 5120)):
-    for m in range(3, 33):
+    for m in range(1, 33):
         for c in b.candidates(m, n, k):
             if (c, n, k) in seen:
                 continue
             seen.add((c, n, k))
-            kern = MmaKernel(n, k, c.warps, c.rg, c.max_m // 8, c.cs, c.pdl, c.staged, c.depth)
+            kern = MmaKernel(n, k, c.warps, c.rg, c.max_m // 8, c.cs, c.pdl, c.staged, c.depth, c.push)
             if math.prod(kern.grid) != c.ctas(n) or kern.stage_bytes != c.stage_bytes(k):
                 bad.append((c.name, n, k))
 print(len(seen), len(bad), bad[:5])

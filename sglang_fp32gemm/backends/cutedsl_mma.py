@@ -137,10 +137,11 @@ class CuteDSLMmaBackend(TvmFfiBackend):
         return compile_kernel(cfg, n, k)
 
     def candidates(self, m: int, n: int, k: int) -> list[MmaConfig]:
-        """At M 3..32: every warp count, row-group count and cluster size that tiles the shape, the
+        """At M 1..32 (at M 1-2 for the region's sake: a light launch beside the other streams, where the dot
+        kernel holds every SM): every warp count, row-group count and cluster size that tiles the shape, the
         smallest n8 tile count that holds M, W in registers, staged, or (4 or 8 warps) streamed; with
         and without PDL on sm90 and later; clustered forms pulling their sums and pushing them."""
-        if not 3 <= m <= MAX_M:
+        if not 1 <= m <= MAX_M:
             return []
         max_m = next(t for t in TILES if m <= t)
         out = []
