@@ -16,12 +16,14 @@ import subprocess
 import sys
 
 #: (module, kernelName, N): the CuTe-DSL forms the tables route or the benchmarks time (register, staged PDL,
-#: streamed, push, 16- and 32-row, two dot-product forms); K is V4-Pro's 7168.
+#: streamed, push, the fast table's streamed push form (run 19), 16- and 32-row, two dot-product forms); K is
+#: V4-Pro's 7168.
 PTX_FORMS = (
     ("cutedsl_mma", "cutedsl_mma_m8_w8_r1_c2_pdl", 1024),
     ("cutedsl_mma", "cutedsl_mma_m16_w4_r1_c8_pdl", 1024),
     ("cutedsl_mma", "cutedsl_mma_m8_w8_r1_c2_p4", 2048),
     ("cutedsl_mma", "cutedsl_mma_m8_w8_r1_c2_push_pdl", 1024),
+    ("cutedsl_mma", "cutedsl_mma_m8_w8_r2_c2_p4_push_pdl", 1024),
     ("cutedsl_mma", "cutedsl_mma_m32_w8_r1_c4", 2560),
     ("cutedsl_dot", "cutedsl_dot_m1_t448_r1_pdl", 1024),
     ("cutedsl_dot", "cutedsl_dot_m2_t128_r4_pdl", 2560),
