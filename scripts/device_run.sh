@@ -58,15 +58,7 @@ pack() {
 trap pack EXIT
 
 step_unpack() {
-  if [ -f .cutedsl/cutedsl_carry.sh ]; then
-    eval "$(bash .cutedsl/cutedsl_carry.sh unpack .cutedsl /tmp/site)" || echo "cutedsl carry: unpack FAILED"
-  else
-    echo "no .cutedsl carried: the cutedsl backend will be unavailable"
-  fi
-  if [ -f .vllm_ll/vllm_ll_carry.sh ]; then
-    eval "$(bash .vllm_ll/vllm_ll_carry.sh unpack .vllm_ll /tmp/llsite)" || echo "vllm_ll carry: unpack FAILED"
-  fi
-  [ -d .devsite ] && export PYTHONPATH=$PWD/.devsite:$PYTHONPATH
+  . scripts/device_env.sh
   return 0
 }
 

@@ -15,10 +15,7 @@
 # About 330 s: a call of its own (timeout_s 450).
 set -uo pipefail
 : "${OUT:?OUT must name the output folder (the device machine sets it)}"
-eval "$(bash .cutedsl/cutedsl_carry.sh unpack .cutedsl /tmp/site)"
-# apache-tvm-ffi, which cutedsl-mma needs, comes with the vLLM carry
-eval "$(bash .vllm_ll/vllm_ll_carry.sh unpack .vllm_ll /tmp/llsite)"
-export PYTHONPATH=$PWD/.devsite:$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+. scripts/device_env.sh
 python3 -m sglang_fp32gemm bench --versions | tr -d '\n' | cut -c1-400; echo
 d=$OUT/tune_region
 mkdir -p "$d"
