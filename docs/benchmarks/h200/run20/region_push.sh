@@ -5,7 +5,7 @@
 #   bash docs/benchmarks/h200/run20/region_push.sh n1024   # A: N=1024 at M 1 2 16 (the dot kernel's
 #                                                          #    rows at M 1-2 against light mma forms)
 #   bash docs/benchmarks/h200/run20/region_push.sh n2048   # B: N=2048 at M 4 8 16 (the wkv_gate of the
-#                                                          #    compress-ratio-128 layers)
+#                                                          #    compress-ratio-4 layers)
 #  1. tune --rank region, K=7168, Triton, cutedsl-mma and (A) cutedsl-dot. Every candidate is checked exact
 #     first. About 70 s of compiling, then about 25 s a shape.
 #  2. A/B of the whole overlapped region at the set's M: A = the packaged tables with step 1's fast rows laid
