@@ -10,6 +10,7 @@ libtype ``cutedsl`` whose kernelName has this backend's form.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from typing import Any
 
@@ -144,16 +145,13 @@ class CuteDSLMmaBackend(TvmFfiBackend):
         if not 1 <= m <= MAX_M:
             return []
         max_m = next(t for t in TILES if m <= t)
+        pdls = (False, True) if sm90_or_later() else (False,)
         out = []
-        for pdl in ((False, True) if sm90_or_later() else (False,)):
-            for warps in WARPS:
-                for rg in ROW_GROUPS:
-                    for cs in CLUSTERS:
-                        for staged, depth in _PLACEMENTS:
-                            if depth and warps < 4:
-                                continue
-                            for push in ((False, True) if cs > 1 else (False,)):
-                                cfg = MmaConfig(max_m, warps, rg, cs, pdl, staged, depth, push)
-                                if cfg.check_shape(m, n, k)[0]:
-                                    out.append(cfg)
+        for pdl, warps, rg, cs, (staged, depth), push in itertools.product(pdls, WARPS, ROW_GROUPS, CLUSTERS,
+                                                                           _PLACEMENTS, (False, True)):
+            if (depth and warps < 4) or (push and cs < 2):  # streamed needs 4+ warps; push, a cluster
+                continue
+            cfg = MmaConfig(max_m, warps, rg, cs, pdl, staged, depth, push)
+            if cfg.check_shape(m, n, k)[0]:
+                out.append(cfg)
         return out
