@@ -92,6 +92,12 @@ class Backend(abc.ABC):
 
 
 # -- what several backends ask of the machine ---------------------------------------------------------
+def sha12(data: bytes) -> str:
+    """The first 12 hex digits of ``data``'s sha256: how the project tags a source (kernel files, kernel
+    text, the vLLM peer's split-K file)."""
+    return hashlib.sha256(data).hexdigest()[:12]
+
+
 def file_source_tag(kernel_file: Path, dist: str, label: str) -> str:
     """``<sha256 of kernel_file, 12 hex>-<label><installed version of dist, or none>`` (import-free): what a
     backend's on-disk probe verdicts are keyed by."""
@@ -101,7 +107,7 @@ def file_source_tag(kernel_file: Path, dist: str, label: str) -> str:
         v = version(dist)
     except Exception:  # not installed
         v = "none"
-    return f"{hashlib.sha256(kernel_file.read_bytes()).hexdigest()[:12]}-{label}{v}"
+    return f"{sha12(kernel_file.read_bytes())}-{label}{v}"
 
 
 def nvidia_capability() -> tuple[Optional[tuple[int, int]], str]:

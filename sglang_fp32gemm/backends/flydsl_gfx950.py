@@ -6,7 +6,6 @@ flydsl is imported only inside functions, so importing this module works without
 
 import contextlib
 import dataclasses
-import hashlib
 import inspect
 import logging
 import os
@@ -15,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
-from sglang_fp32gemm.backends.base import OK, Backend, Verdict
+from sglang_fp32gemm.backends.base import OK, Backend, Verdict, sha12
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -260,7 +259,7 @@ _KERNEL_SOURCES: tuple[Callable, ...] = (_plan, _build_kernel)
 def kernel_source_tag() -> str:
     """Hash of the kernel's own source: changes whenever its body does."""
     text = "\n".join(inspect.getsource(f) for f in _KERNEL_SOURCES)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    return sha12(text.encode())
 
 
 def tagged_kernel_name(cfg: FlyDSLConfig, n: Optional[int] = None, k: Optional[int] = None) -> str:

@@ -6,7 +6,6 @@ router shapes (N 256/384), so each shape sweeps a few configs by isolated time a
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import sys
@@ -15,6 +14,7 @@ from typing import Callable, Optional
 import torch
 
 from sglang_fp32gemm import exactness
+from sglang_fp32gemm.backends.base import sha12
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def source() -> Optional[str]:
         path = os.path.join(entry or os.getcwd(), rel)
         if os.path.isfile(path):
             with open(path, "rb") as f:
-                sha = hashlib.sha256(f.read()).hexdigest()[:12]
+                sha = sha12(f.read())
             return SPLITK_SOURCES.get(sha, f"unknown (sha256 {sha})")
     return None
 
