@@ -14,9 +14,7 @@
 # Nothing ships from this call: a row ships where A beats B in both pairs (as run 19c's did).
 # About 330 s: a call of its own (timeout_s 450).
 set -uo pipefail
-: "${OUT:?OUT must name the output folder (the device machine sets it)}"
-. scripts/device_env.sh
-python3 -m sglang_fp32gemm bench --versions | tr -d '\n' | cut -c1-400; echo
+. docs/benchmarks/h200/run20/common.sh
 d=$OUT/tune_region
 mkdir -p "$d"
 tune() {  # NAME BUDGET --backends ... --m ... --n ...
@@ -39,13 +37,4 @@ rows=""
 for f in "$d"/rows_*.csv; do [ "$(wc -l < "$f")" -gt 1 ] && rows=${rows:+$rows:}$f; done
 echo "rows laid over in A: ${rows:-none}"; [ -n "$rows" ] && cat "$d"/rows_*.csv | grep -v '^gfx' | cut -d, -f3-5,11,14,15
 [ -n "$rows" ] || exit 0
-for i in 1 2; do
-  for v in A B; do
-    o=$OUT/ab/$v$i; mkdir -p "$o"
-    cfg=$rows; [ $v = B ] && cfg=
-    SGLANG_FLYDSL_FP32_GEMM_CONFIG=$cfg timeout -k 5 40 python3 -m sglang_fp32gemm bench --region --region-model pro \
-      --region-m $ms --region-schedule overlapped --region-rounds 3 --backends triton --no-peer \
-      --tune-log docs/benchmarks/h200/tune_log.jsonl.gz --out-dir "$o" > "$o/bench.txt" 2>&1
-    echo "$v$i rc=$?"; grep -E "^versions|\] region pro|route check|precision" "$o/bench.txt" | cut -c1-240
-  done
-done
+region_ab "$rows" 40 --region-m "$ms" --region-schedule overlapped --no-peer

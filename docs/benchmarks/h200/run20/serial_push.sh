@@ -11,9 +11,7 @@
 # Nothing ships from this call: a serial row ships where A beats B in both pairs.
 # About 500 s: a call of its own (timeout_s 600).
 set -uo pipefail
-: "${OUT:?OUT must name the output folder (the device machine sets it)}"
-. scripts/device_env.sh
-python3 -m sglang_fp32gemm bench --versions | tr -d '\n' | cut -c1-400; echo
+. docs/benchmarks/h200/run20/common.sh
 d=$OUT/tune_serial
 mkdir -p "$d"
 timeout -k 10 270 python3 -m sglang_fp32gemm tune --rank serial --backends triton cutedsl-mma --m 4 8 16 \
@@ -23,13 +21,4 @@ echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 6 | cut -c1-220
 rows=$d/sm90_20b_serial.csv
 [ -s "$rows" ] && [ "$(wc -l < "$rows")" -gt 1 ] || { echo "no serial rows"; exit 0; }
 grep -v '^gfx' "$rows" | cut -d, -f3-5,11,14,15
-for i in 1 2; do
-  for v in A B; do
-    o=$OUT/ab/$v$i; mkdir -p "$o"
-    cfg=$rows; [ $v = B ] && cfg=
-    SGLANG_FLYDSL_FP32_GEMM_CONFIG=$cfg timeout -k 5 60 python3 -m sglang_fp32gemm bench --region --region-model pro \
-      --region-m 4,8,16 --region-schedule serial --region-rounds 3 --backends triton \
-      --tune-log docs/benchmarks/h200/tune_log.jsonl.gz --out-dir "$o" > "$o/bench.txt" 2>&1
-    echo "$v$i rc=$?"; grep -E "^versions|\] region pro|route check|precision" "$o/bench.txt" | cut -c1-240
-  done
-done
+region_ab "$rows" 60 --region-m 4,8,16 --region-schedule serial  # with the ll_bf16 column
