@@ -46,15 +46,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 TUNE_LOG=${TUNE_LOG:-docs/benchmarks/h200/tune_log.jsonl.gz}
 exec > >(tee -a "$OUT/run.log") 2>&1
 
-pack() {
-  local dirs
-  dirs=$(cd "$OUT" && ls -d */ 2>/dev/null)
-  if [ -n "$dirs" ]; then
-    # shellcheck disable=SC2086
-    tar czf /tmp/results.tar.gz -C "$OUT" $dirs && (cd "$OUT" && rm -rf $dirs) && mv /tmp/results.tar.gz "$OUT/"
-  fi
-  say "done: $(cd "$OUT" && ls | tr '\n' ' ')"
-}
+pack() { bash scripts/device_pack.sh; say "done"; }
 trap pack EXIT
 
 step_unpack() {

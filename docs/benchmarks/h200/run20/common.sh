@@ -2,6 +2,9 @@
 # line, and region_ab, the A/B of the whole V4-Pro region that decides whether tuned rows ship.
 : "${OUT:?OUT must name the output folder (the device machine sets it)}"
 . scripts/device_env.sh
+# The output log, and every folder packed at exit (scripts/device_pack.sh: the 8-file limit).
+exec > >(tee -a "$OUT/run.log") 2>&1
+trap "bash scripts/device_pack.sh" EXIT
 python3 -m sglang_fp32gemm bench --versions | tr -d '\n' | cut -c1-400; echo
 
 # region_ab TABLES SECONDS BENCH_ARGS...: A = TABLES (a :-list) laid over the packaged tables, B = the packaged
