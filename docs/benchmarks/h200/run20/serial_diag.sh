@@ -5,8 +5,8 @@
 # serial, in one process. Same machine type, driver, kernels and configs; the Triton column and the base
 # step did not move. Which setting moves them? M=4, V4-Pro, one process each, in this order:
 #   s1: serial alone (as C)          os: overlapped then serial (as 19b)
-#   osm: as os, cutedsl-mma column too (19b's columns)   s2: serial alone again
-# About 40 s a process; ~200 s in all.
+# then serial_overlap.py: kernel start/end times of the serial step's graph (do kernels overlap?).
+# About 40 s a process; ~150 s in all (the budget left allowed no more).
 set -uo pipefail
 . docs/benchmarks/h200/run20/common.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit,temperature.gpu --format=csv,noheader
@@ -21,6 +21,6 @@ run() {  # NAME SCHEDULES BACKENDS...
 }
 run s1 serial triton
 run os overlapped,serial triton
-run osm overlapped,serial triton cutedsl-mma
-run s2 serial triton
+mkdir -p "$OUT/diag"
+timeout -k 5 100 python3 docs/benchmarks/h200/run20/serial_overlap.py "$OUT/diag/serial_overlap.json" 2>&1 | tail -n 12 | cut -c1-1500
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
