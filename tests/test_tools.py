@@ -21,7 +21,7 @@ import torch
 from sglang_fp32gemm.backends.base import OK, Backend
 from sglang_fp32gemm.table import DeviceKey, TunedRow, format_rows, m_candidates, parse_csv
 from sglang_fp32gemm import exactness
-from sglang_fp32gemm.tools import bench, buckets, cli, common, picks, region, targets, tune, tune_rows, tuner
+from sglang_fp32gemm.tools import bench, buckets, cli, common, picks, region, targets, timing, tune, tune_rows, tuner
 
 KEY = DeviceKey("sm90", 132)
 GRID = list(tune.M_DEFAULT)
@@ -401,6 +401,29 @@ def test_rank_region_times_the_finalists_in_the_region_model_of_the_shape(tmp_pa
     t.shape(m, 32, 64, [m], tuner.gather_candidates([f.backend], m, 32, 64, [m], {}, log))
     torch_lines = [x for x in log_lines(tmp_path / "log.jsonl") if x.get("event") == "torch" and "setting" in x]
     assert torch_lines[-1]["setting"] == "chain"
+
+
+@pytest.mark.parametrize("rank,schedule", [("serial", "serial"), ("region", "overlapped")])
+def test_a_one_stream_rank_below_the_weights_read_keeps_the_isolated_order(tmp_path, monkeypatch, rank, schedule):
+    """On one stream no call can add less than reading its weight at the device's peak bandwidth takes (run 20:
+    torch's N=2048 call added 4.65 us in the serial schedule against 6.0). Peak set so that the tiny N=128
+    K=64 weight takes 4 us: in the serial schedule plain_b's 3.0 is below it, the rank is logged as suspect and
+    the shape keeps its isolated order (plain_a, torch alone); beside other streams a call may add less than
+    its read, and plain_b wins as before."""
+    tiny = region.MODELS["tiny"]
+    monkeypatch.setattr(region, "spec_for", lambda n, k: tiny if (n, k) == (128, 64) else None)
+    monkeypatch.setattr(timing, "peak_bandwidth_tbs", lambda device: 128 * 64 * 2 / 4.0 / 1e6)
+    f = CostedFakes(only_w=(128, 64))
+    log = common.JsonLog(str(tmp_path / "log.jsonl"))
+    t = tuner.Tuner([f.backend], torch.device("cpu"), f.timer, log, top=3, rank=rank, torch_fn=f.torch_fn)
+    r = t.shape(8, 128, 64, [8], tuner.gather_candidates([f.backend], 8, 128, 64, [8], {}, log))
+    suspect = [x for x in log_lines(tmp_path / "log.jsonl") if x.get("event") == "rank_suspect"]
+    if schedule == "serial":
+        assert (r.fast.kernel, r.fast.us, r.torch_us) == ("plain_a", 4.0, 10.0)
+        assert [(x["setting"], x["below"], x["floor_us"]) for x in suspect] == [
+            ("region:tiny:serial", {"fast:plain_b": 3.0}, 4.0)]
+    else:
+        assert (r.fast.kernel, r.fast.us, r.torch_us) == ("plain_b", 3.0, 8.0) and suspect == []
 
 
 def test_rank_region_offers_each_backends_lightest_launches(tmp_path, monkeypatch):

@@ -182,6 +182,16 @@ def floor_us(m: int, n: int, k: int, bandwidth_tbs: float = 4.2) -> float:
     return (n * k * 2 + m * k * 2 + m * n * 4) / (bandwidth_tbs * 1e12) * 1e6
 
 
+def peak_bandwidth_tbs(device) -> Optional[float]:
+    """The device's peak memory bandwidth in TB/s from its properties (double data rate: 2 x clock x bus
+    width), or None where it cannot be read. NVIDIA only: ROCm reports its memory clock differently."""
+    if torch.version.hip is not None or torch.device(device).type != "cuda":
+        return None
+    p = torch.cuda.get_device_properties(device)
+    khz, bits = getattr(p, "memory_clock_rate", 0), getattr(p, "memory_bus_width", 0)
+    return 2 * khz * 1e3 * bits / 8 / 1e12 if khz and bits else None
+
+
 def torch_mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.mm(x, w.t(), out_dtype=torch.float32)
 

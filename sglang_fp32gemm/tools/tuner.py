@@ -18,6 +18,7 @@ multi-stream region: the serial table). An isolated winner need not win there
 from __future__ import annotations
 
 import dataclasses
+import logging
 import statistics
 from typing import Any, Callable, Iterable, NamedTuple, Optional
 
@@ -27,6 +28,8 @@ from sglang_fp32gemm import exactness
 from sglang_fp32gemm.tools import common, region, timing
 from sglang_fp32gemm.tools.stopping import Budget
 from sglang_fp32gemm.tools.tune_rows import Pick, ShapeResult
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +107,7 @@ class Setting(NamedTuple):
     name: str
     calls: int
     step: Callable[[Optional[Callable]], Callable[[], list]]
+    one_stream: bool = True  # every kernel after the one before it: no call can add less than its weight's read
 
 
 class Tuner:
@@ -175,10 +179,13 @@ class Tuner:
         schedule = "serial" if self.rank == "serial" else region.schedule_for(m, self.device)
         steps = region.Steps(spec, region.plan(spec, schedule), weights, x, streams)
         return Setting(f"region:{spec.name}:{schedule}", region.fp32_calls(spec, n),
-                       lambda fn: steps.of(None if fn is None else {n: fn}))
+                       lambda fn: steps.of(None if fn is None else {n: fn}), schedule == "serial")
 
-    def rerank(self, m: int, n: int, k: int, x: torch.Tensor, final: list) -> tuple[float, list]:
-        """(torch's, the finalists re-ranked by) us each call adds in ``setting``; all logged.
+    def rerank(self, m: int, n: int, k: int, x: torch.Tensor, final: list) -> Optional[tuple[float, list]]:
+        """(torch's, the finalists re-ranked by) us each call adds in ``setting``; all logged. None when, on
+        one stream, a call added less than reading its weight at the device's peak bandwidth takes: the
+        setting did not run its kernels one after another, and the shape keeps its isolated order (run 20,
+        H200: torch's N=2048 call added 4.65 us in the serial schedule, where its 29.4 MB take 6.0).
 
         Each round times the step without the calls, with torch's and with every finalist's,
         interleaved (``timing.rotated_rounds``); the medians over ``rounds`` rounds are compared,
@@ -218,6 +225,18 @@ class Tuner:
                           isolated_us=us, rel_err=res.rel_err, rounds=times[c.label])
                 ranked.append((added(c.label), c, res))
         ranked.sort(key=lambda r: r[0])
+        peak = timing.peak_bandwidth_tbs(self.device) if where.one_stream else None
+        if peak is not None:
+            floor = n * k * 2 / (peak * 1e12) * 1e6  # the bf16 weight, once
+            low = {label or "torch": round(added(label), 3) for label in ["torch", *(c.label for _, c, _ in ranked)]
+                   if added(label) < floor}
+            if low:
+                self.log.write(event="rank_suspect", phase=self.rank, setting=where.name, M=m, N=n, K=k,
+                               floor_us=round(floor, 3), peak_tbs=round(peak, 3), below=low)
+                logger.warning("%s at M=%d N=%d K=%d: %d calls added less than their weight's read (%.2f us at "
+                               "%.2f TB/s); the shape keeps its isolated order", where.name, m, n, k, len(low),
+                               floor, peak)
+                return None
         return torch_us, ranked
 
     def lightest(self, screened: list, m: int, n: int, k: int) -> list:
@@ -287,7 +306,9 @@ class Tuner:
         final.sort(key=lambda r: r[0])
         alone, torch_alone_us = final, torch_us
         if self.rank != "isolated":
-            torch_us, final = self.rerank(m, n, k, x, final)
+            reranked = self.rerank(m, n, k, x, final)
+            if reranked is not None:
+                torch_us, final = reranked
         lo = min(bucket) if bucket else m
         verified: dict[str, Optional[exactness.Check]] = {}
 
