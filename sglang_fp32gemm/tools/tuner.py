@@ -185,7 +185,8 @@ class Tuner:
         """(torch's, the finalists re-ranked by) us each call adds in ``setting``; all logged. None when, on
         one stream, a call added less than reading its weight at the device's peak bandwidth takes: the
         setting did not run its kernels one after another, and the shape keeps its isolated order (run 20,
-        H200: torch's N=2048 call added 4.65 us in the serial schedule, where its 29.4 MB take 6.0).
+        H200: torch's N=2048 call added 4.65 us in the serial schedule, where its 29.4 MB take 6.0). A PDL
+        form may overlap the kernel before it, but none of runs 15-19's 646 one-stream times fell below it.
 
         Each round times the step without the calls, with torch's and with every finalist's,
         interleaved (``timing.rotated_rounds``); the medians over ``rounds`` rounds are compared,

@@ -41,7 +41,8 @@ for name, gemm in modes.items():
     s.wait_stream(torch.cuda.current_stream())
     fn = steps.of(gemm)
     with torch.cuda.stream(s):
-        fn(); fn()
+        fn()
+        fn()
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g, stream=s):
