@@ -3,7 +3,8 @@
 Calls C and C2 timed torch's N=2048 GEMM adding 4.65 us a call in the serial schedule (tune --rank serial,
 20c2), below the 6.1 us it takes to read its 29.4 MB weight at the H200's 4.8 TB/s; run 16d had 13.55.
 One stream and no PDL should serialize every kernel. This captures the serial step at M=4 (torch's GEMM at
-N=2048 alone, then at every N), times it both capture ways, and profiles three replays of each graph:
+N=2048 alone, then at every N; a Triton form at N=2048 with PDL and without), times it both capture ways,
+and profiles three replays of each graph:
 kernel start/end times from CUPTI, the pairs of consecutive kernels that overlap, and the fp32 GEMMs'
 own durations. Writes JSON to argv[1].
 """
@@ -16,7 +17,7 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from sglang_fp32gemm import exactness
+from sglang_fp32gemm import backends, exactness
 from sglang_fp32gemm.tools import region, timing
 
 M = 4
@@ -26,7 +27,17 @@ weights = region.make_weights(spec, "cuda")
 plans = region.plan(spec, "serial")
 steps = region.Steps(spec, plans, weights, x, region.Streams("cuda"))
 tm = timing.torch_fn("cuda")
-modes = {"none": None, "torch2048": {2048: tm}, "torch_all": {512: tm, 1024: tm, 2048: tm}}
+tri = backends.by_name("triton")
+
+
+def triton(name: str):
+    return tri.bind(tri.parse(name), torch.device("cuda"), 2048, spec.hidden)
+
+
+# 20C2's rank: this PDL form added 2.82 us a call; a Triton form without PDL (bk128, s4) 10.43
+modes = {"none": None, "torch2048": {2048: tm}, "torch_all": {512: tm, 1024: tm, 2048: tm},
+         "triton_pdl2048": {2048: triton("triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s6_pdl")},
+         "triton2048": {2048: triton("triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s6")}}
 out: dict = {"M": M, "timed": {}, "profile": {}}
 for cap in ("sglang", "private"):
     timer = timing.CudaTimer(cap)
