@@ -228,9 +228,9 @@ class Tuner:
         ranked.sort(key=lambda r: r[0])
         peak = timing.peak_bandwidth_tbs(self.device) if where.one_stream else None
         if peak is not None:
-            floor = n * k * 2 / (peak * 1e12) * 1e6  # the bf16 weight, once
-            low = {label or "torch": round(added(label), 3) for label in ["torch", *(c.label for _, c, _ in ranked)]
-                   if added(label) < floor}
+            floor = timing.floor_us(0, n, k, peak)  # the bf16 weight alone (x and C may sit in L2)
+            low = {label: round(us, 3) for label, us in [("torch", torch_us), *((c.label, us) for us, c, _ in ranked)]
+                   if us < floor}
             if low:
                 self.log.write(event="rank_suspect", phase=self.rank, setting=where.name, M=m, N=n, K=k,
                                floor_us=round(floor, 3), peak_tbs=round(peak, 3), below=low)
