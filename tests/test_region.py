@@ -148,16 +148,20 @@ class ColumnFake(ExactFake):
 
 
 class StepTimer:
-    """Runs each step twice (warm-up, then 'capture' after before_capture) and reports 100 us + 4 per fp32 output."""
+    """Runs each step twice (warm-up, then 'capture' after before_capture) and reports 100 us + 4 per fp32 output.
+    ``refresh`` comes before the 'capture', so that its outputs are those of the fresh inputs, as a graph's
+    replay after ``refresh`` gives them (run again after it, the step would count its routed calls twice)."""
 
     def __init__(self):
         self.steps = 0
 
-    def step(self, step, replays=20, before_capture=None):
+    def step(self, step, replays=20, before_capture=None, refresh=None):
         self.steps += 1
         step()
         if before_capture is not None:
             before_capture()
+        if refresh is not None:
+            refresh()
         outs = step()
         return 100.0 + 4.0 * len(outs), outs
 
@@ -208,8 +212,8 @@ class SlowCaptureTimer(StepTimer):
         super().__init__()
         self.slow = set(slow)
 
-    def step(self, step, replays=20, before_capture=None):
-        us, outs = super().step(step, replays, before_capture)
+    def step(self, step, replays=20, before_capture=None, refresh=None):
+        us, outs = super().step(step, replays, before_capture, refresh)
         return us + (50.0 if self.steps in self.slow else 0.0), outs
 
 
@@ -230,6 +234,32 @@ def test_bench_region_counts_the_median_capture_of_interleaved_rounds(tmp_path, 
     md = (tmp_path / "bench_region.md").read_text()
     assert "| 50.0 |" in md  # the widest spread of a mode's captures, in %
     assert "captures spread 50.0%" in capsys.readouterr().out
+
+
+class StaleTimer(StepTimer):
+    """As a graph that does not hold the fp32 kernels (launched outside the capture, they ran once, at capture
+    time): x gets fresh values, and the outputs stay those of the capture."""
+
+    def step(self, step, replays=20, before_capture=None, refresh=None):
+        self.steps += 1
+        step()
+        if before_capture is not None:
+            before_capture()
+        outs = step()
+        if refresh is not None:
+            refresh()
+        return 100.0 + 4.0 * len(outs), outs
+
+
+def test_bench_region_checks_outputs_after_x_gets_fresh_values(tmp_path, capsys, fake_router):
+    """An output computed once at capture time, not in the replays, is wrong after x changes: not exact."""
+    argv = ["--region", "--region-model", "tiny", "--region-m", "1", "--region-schedule", "serial",
+            "--region-rounds", "1", "--out-dir", str(tmp_path)]
+    assert bench.main(argv, backends=[], device=torch.device("cpu"), timer=StaleTimer()) == 0
+    r = json.load(open(tmp_path / "bench_region.json"))["results"][0]
+    assert r["allclose"] == {"torch": False, "routed": False}
+    assert all(e > exactness.REL_TOL for e in r["rel_err"].values())
+    assert "precision: 0/2 results exact; FAILED" in capsys.readouterr().out
 
 
 def test_bench_region_leaves_a_mode_that_raises_out_of_the_later_rounds(tmp_path, fake_router, monkeypatch):

@@ -39,3 +39,19 @@ def test_region_captures_every_schedule_exactly_and_routes_as_the_table_says(tmp
         assert sum(r["route_check"]["counted"].values()) == {"tiny": 3, "flash": 62}[model]
         assert r["step_us"]["none"] > 0
         assert all(len(ts) == 2 for ts in r["rounds_step_us"].values()), r["rounds_step_us"]
+
+
+@cuda
+def test_the_timer_returns_the_replay_after_refresh():
+    """``refresh`` gives the graph's input new values before one more replay: the outputs are those of the
+    new values (bench --region checks them, so that a kernel the graph does not hold shows as wrong)."""
+    from sglang_fp32gemm.tools import timing
+
+    x = torch.randn(4, 256, device="cuda").bfloat16()
+    w = torch.randn(128, 256, device="cuda").bfloat16()
+    fresh = torch.randn_like(x)
+    for capture in timing.CAPTURES:
+        x.copy_(torch.randn_like(x))
+        us, outs = timing.CudaTimer(capture).step(lambda: [timing.torch_mm(x, w)], 3,
+                                                  refresh=lambda: x.copy_(fresh))
+        assert us > 0 and torch.equal(outs[0], timing.torch_mm(fresh, w))

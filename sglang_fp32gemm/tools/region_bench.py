@@ -10,7 +10,8 @@ its median capture counts. Added per
 layer = (step - base) / layers. Every fp32 output of each capture's last replay is checked
 against float64 (``exactness``). In ``routed`` mode the router's counters, reset after the
 eager warm-up and read after each capture, must show every captured call on the kernel the
-table names for its shape (``route_check``).
+table names for its shape (``route_check``). Before the last replay of each capture x gets fresh
+values (``refresh``), so that the check also shows that every captured kernel ran in the replays.
 """
 
 from __future__ import annotations
@@ -127,10 +128,15 @@ def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int, rounds: int) -
     steps = region.Steps(spec, ctx.plans[schedule], ctx.weights, x, ctx.streams)
     times: dict[str, list[float]] = {name: [] for name in modes}
     router = routing.get_router()
+
+    def refresh() -> None:  # x is the graph's input: new values in place
+        x.copy_(exactness.random_bf16(m, spec.hidden, device=bench.device))
+
     for name in timing.rotated_rounds(times, rounds):  # a mode that raised is dropped from times
         try:
             t, outs = bench.timer.step(steps.of(modes[name]), replays,
-                                       before_capture=router.reset_counters if name == "routed" else None)
+                                       before_capture=router.reset_counters if name == "routed" else None,
+                                       refresh=refresh)
         except Exception as e:  # one failing mode is a note, not the end of the run
             rec["note"][name] = f"raised {type(e).__name__}: {str(e)[:200]}"
             del times[name]

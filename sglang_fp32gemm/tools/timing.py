@@ -130,11 +130,14 @@ class CudaTimer:
         return us
 
     def step(self, step: Callable[[], Sequence[torch.Tensor]], replays: int = 20,
-             before_capture: Optional[Callable[[], None]] = None):
+             before_capture: Optional[Callable[[], None]] = None, refresh: Optional[Callable[[], None]] = None):
         """(median us per replay, the step's outputs after the last replay) for one graph of ``step``.
 
         ``before_capture`` runs after the eager warm-up, just before capture (e.g. to reset counters
-        so that they count the captured calls alone).
+        so that they count the captured calls alone). ``refresh`` runs after the timed replays and is
+        followed by one more replay: given new inputs, the outputs then show that every kernel ran in
+        the replays (a kernel launched outside the capture runs once, at capture time, and its output
+        stays right for as long as its inputs do not change).
         """
         stream, pool = self._capture_on()
         stream.wait_stream(torch.cuda.current_stream())
@@ -149,6 +152,9 @@ class CudaTimer:
         with torch.cuda.graph(graph, pool=pool, stream=stream):
             outs = step()
         us = _replay_median_us(graph, replays)
+        if refresh is not None:
+            refresh()
+            graph.replay()
         torch.cuda.synchronize()
         outs = [o.clone() for o in outs]
         del graph
