@@ -5,8 +5,10 @@
 # serial, in one process. Same machine type, driver, kernels and configs; the Triton column and the base
 # step did not move. Which setting moves them? M=4, V4-Pro, one process each, in this order:
 #   s1: serial alone (as C)          os: overlapped then serial (as 19b)
-# then serial_overlap.py: kernel start/end times of the serial step's graph (do kernels overlap?).
-# About 40 s a process; ~150 s in all (the budget left allowed no more).
+# then serial_overlap.py, fresh and after an overlapped capture (as 19b): kernel start/end times and
+# durations of the serial step's graph, its nodes and edges, with torch, Triton with and without PDL,
+# SGLang's warp split-K, routed's M=4 kernels and ll_bf16 at N=2048.
+# About 40 s a bench process and 60-90 s a profile; ~250 s in all.
 set -uo pipefail
 . docs/benchmarks/h200/run20/common.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit,temperature.gpu --format=csv,noheader
@@ -22,5 +24,8 @@ run() {  # NAME SCHEDULES BACKENDS...
 run s1 serial triton
 run os overlapped,serial triton
 mkdir -p "$OUT/diag"
-timeout -k 5 100 python3 docs/benchmarks/h200/run20/serial_overlap.py "$OUT/diag/serial_overlap.json" 2>&1 | tail -n 12 | cut -c1-1500
+for order in fresh after_overlapped; do
+  timeout -k 5 130 python3 docs/benchmarks/h200/run20/serial_overlap.py "$OUT/diag/serial_overlap_$order.json" \
+    "$order" 2>&1 | tail -n 24 | cut -c1-900
+done
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
