@@ -106,7 +106,9 @@ class FakeTimer:
         assert out.shape == (x.shape[0], weights[0].shape[0])
         return getattr(fn, "fake_us", self.torch_us)
 
-    def step(self, step, replays=20):
+    def step(self, step, replays=20, refresh=None):
+        if refresh is not None:  # the outputs of a replay after fresh inputs
+            refresh()
         outs = step()
         return 100.0 + 4.0 * len(outs), outs
 
@@ -616,6 +618,24 @@ def test_bench_every_mode_on_cpu_writes_what_targets_reads(tmp_path, capsys, rou
     verdicts = targets.check(targets.load([str(out)]))
     assert {v.status for v in verdicts} <= {"PASS", "FAIL", "NODATA"}
     assert next(v for v in verdicts if v.name.startswith("every result")).status == "PASS"
+
+
+def test_bench_decode_seq_checks_outputs_after_x_gets_fresh_values(tmp_path, router_without_backends):
+    """A graph whose fp32 outputs were computed once at capture time (a kernel launched outside the capture)
+    is wrong once x changes before the checked replay: every column not exact."""
+
+    class StaleTimer(FakeTimer):
+        def step(self, step, replays=20, refresh=None):
+            outs = step()
+            if refresh is not None:
+                refresh()
+            return 100.0 + 4.0 * len(outs), outs
+
+    argv = ["--decode-seq", "--decode-m", "2", "--decode-n", "32", "--seq-k", "64", "--layers", "3",
+            "--out-dir", str(tmp_path)]
+    assert bench.main(argv, backends=[], device=torch.device("cpu"), timer=StaleTimer()) == 0
+    dec = json.load(open(tmp_path / "bench_decode.json"))["results"][0]
+    assert dec["allclose"] == {"torch": False, "routed": False}
 
 
 def test_peer_source_names_the_vllm_release_from_its_split_k_file(tmp_path, monkeypatch):
