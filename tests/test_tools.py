@@ -332,7 +332,9 @@ class CostedFakes:
                 return run
 
         class Timer(FakeTimer):
-            def step(self, step, replays=20):
+            def step(self, step, replays=20, refresh=None):
+                if refresh is not None:  # the outputs of a replay after fresh inputs
+                    refresh()
                 fakes.added.clear()
                 outs = step()
                 fakes.steps.append(len(outs))
@@ -426,6 +428,33 @@ def test_a_one_stream_rank_below_the_weights_read_keeps_the_isolated_order(tmp_p
             ("region:tiny:serial", {"fast:plain_b": 3.0}, 4.0)]
     else:
         assert (r.fast.kernel, r.fast.us, r.torch_us) == ("plain_b", 3.0, 8.0) and suspect == []
+
+
+@pytest.mark.parametrize("stale,winner", [("plain_b", "plain_c"), ("torch", "plain_a")])
+def test_a_rank_drops_calls_that_its_graph_did_not_run(tmp_path, stale, winner):
+    """A call that computes from the x it first saw (as a kernel launched outside the capture: run once, at
+    capture time) gives a wrong output once x gets fresh values before the checked replay. A finalist that
+    does is dropped from the chain's rank (plain_b would win it: plain_c does); if torch does, nothing is
+    ranked and the shape keeps its isolated order (plain_a)."""
+    f = CostedFakes()
+    first_seen: dict = {}  # id(x) -> (x, its first values); x kept alive so that no id is reused
+
+    def from_the_first_x(fn):
+        def run(x, w):
+            return fn(first_seen.setdefault(id(x), (x, x.clone()))[1], w)
+        run.fake_us = getattr(fn, "fake_us", None)
+        return run
+
+    torch_fn = from_the_first_x(f.torch_fn) if stale == "torch" else f.torch_fn
+    if stale != "torch":
+        bind = f.backend.bind
+        f.backend.bind = lambda cfg, *a: from_the_first_x(bind(cfg, *a)) if cfg.name == stale else bind(cfg, *a)
+    log = common.JsonLog(str(tmp_path / "log.jsonl"))
+    t = tuner.Tuner([f.backend], torch.device("cpu"), f.timer, log, top=3, rank="chain", torch_fn=torch_fn)
+    r = t.shape(8, 32, 64, [8], tuner.gather_candidates([f.backend], 8, 32, 64, [8], {}, log))
+    assert r.fast.kernel == winner
+    errors = [x for x in log_lines(tmp_path / "log.jsonl") if x.get("phase") == "chain" and x.get("status") == "error"]
+    assert errors and all(x["kernel"].endswith(stale) and "StaleOutputs" in x["error"] for x in errors), errors
 
 
 def test_rank_region_offers_each_backends_lightest_launches(tmp_path, monkeypatch):

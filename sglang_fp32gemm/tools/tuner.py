@@ -102,12 +102,29 @@ RANKS = ("isolated", "chain", "region", "serial")
 
 class Setting(NamedTuple):
     """Where a rank times a call: ``step(fn)`` is one step with ``fn`` (None: the calls left out),
-    which makes ``calls`` calls of the shape."""
+    which makes ``calls`` calls of the shape; ``operands()``: the (x, w) of each output of the step
+    made last, in order."""
 
     name: str
     calls: int
     step: Callable[[Optional[Callable]], Callable[[], list]]
+    operands: Callable[[], list]
     one_stream: bool = True  # every kernel after the one before it: no call can add less than its weight's read
+
+
+class StaleOutputs(RuntimeError):
+    """A step's outputs were wrong after its input got fresh values: the graph did not run those calls."""
+
+
+def _check_replayed(outs: list, operands: list) -> None:
+    """Raise ``StaleOutputs`` unless every output is exact for its (x, w) as they are now."""
+    if outs and len(outs) != len(operands):
+        raise StaleOutputs(f"{len(outs)} outputs for {len(operands)} calls")
+    for i, (o, (x, w)) in enumerate(zip(outs, operands)):
+        got = exactness.measure(o, exactness.reference(x, w))
+        if not got.ok:
+            raise StaleOutputs(f"output {i} of {len(outs)} not exact after fresh x (rel. error {got.rel_err:.2e}): "
+                               "the graph did not run this call in its replays")
 
 
 class Tuner:
@@ -172,14 +189,16 @@ class Tuner:
         spec = region.spec_for(n, k) if self.rank in ("region", "serial") else None
         if spec is None:
             weights = timing.chain_weights(CHAIN_LAYERS, n, k, self.device)
-            return Setting("chain", CHAIN_LAYERS, lambda fn: timing.chain_step(x, weights, fn))
+            return Setting("chain", CHAIN_LAYERS, lambda fn: timing.chain_step(x, weights, fn),
+                           lambda: [(x, w) for w in weights["wf"]])
         if spec.name not in self._regions:
             self._regions[spec.name] = (region.make_weights(spec, self.device), region.Streams(self.device))
         weights, streams = self._regions[spec.name]
         schedule = "serial" if self.rank == "serial" else region.schedule_for(m, self.device)
         steps = region.Steps(spec, region.plan(spec, schedule), weights, x, streams)
         return Setting(f"region:{spec.name}:{schedule}", region.fp32_calls(spec, n),
-                       lambda fn: steps.of(None if fn is None else {n: fn}), schedule == "serial")
+                       lambda fn: steps.of(None if fn is None else {n: fn}),
+                       lambda: [(x, weights[layer][name]) for layer, name in steps.where], schedule == "serial")
 
     def rerank(self, m: int, n: int, k: int, x: torch.Tensor, final: list) -> Optional[tuple[float, list]]:
         """(torch's, the finalists re-ranked by) us each call adds in ``setting``; all logged. None when, on
@@ -191,9 +210,15 @@ class Tuner:
         Each round times the step without the calls, with torch's and with every finalist's,
         interleaved (``timing.rotated_rounds``); the medians over ``rounds`` rounds are compared,
         because the overlapped region varies by more than the differences between kernels from one
-        graph to the next.
+        graph to the next. Each capture's outputs are checked after x got fresh values before its
+        last replay: a finalist whose calls the graph did not run is dropped, and if torch's were
+        not run, nothing is ranked (None).
         """
         where = self.setting(m, n, k, x)
+
+        def refresh() -> None:  # x is the graph's input: new values in place
+            x.copy_(exactness.random_bf16(m, k, device=self.device))
+
         fns = {"": None, "torch": self.torch_fn}
         for _, c, _ in final:
             try:
@@ -204,7 +229,9 @@ class Tuner:
         for label in timing.rotated_rounds(times, self.rounds):  # a finalist that raised is dropped from times
             self.budget.check()
             try:
-                times[label].append(self.timer.step(where.step(fns[label]), self.final_replays)[0])
+                t, outs = self.timer.step(where.step(fns[label]), self.final_replays, refresh=refresh)
+                _check_replayed(outs, where.operands())
+                times[label].append(t)
             except Exception as e:
                 if not label:
                     raise  # the step without the calls: nothing can be ranked
@@ -212,6 +239,10 @@ class Tuner:
                 self.log.write(event="candidate", phase=self.rank, status="error", M=m, N=n, K=k, kernel=label,
                                error=f"{type(e).__name__}: {str(e)[:300]}")
         base = statistics.median(times.pop(""))
+        if "torch" not in times:  # nothing to measure the finalists against
+            logger.warning("%s at M=%d N=%d K=%d: torch's step failed; the shape keeps its isolated order",
+                           where.name, m, n, k)
+            return None
 
         def added(label: str) -> float:
             return (statistics.median(times[label]) - base) / where.calls
