@@ -71,6 +71,11 @@ def random_bf16(*shape: int, device: torch.device | str = "cpu",
     return t.to(device=device, dtype=torch.bfloat16)
 
 
+def refill(t: torch.Tensor) -> None:
+    """Fresh values (as ``random_bf16``) in place: a captured graph's input gets new values."""
+    t.copy_(random_bf16(*t.shape, device=t.device))
+
+
 def poison(device: torch.device | str, numel: int) -> None:
     """Leave a freed NaN block in the caching allocator, which the next fp32 output of ``numel`` reuses."""
     t = torch.full((max(int(numel), 1) + 1024,), float("nan"), dtype=torch.float32, device=device)

@@ -193,13 +193,10 @@ class Bench:
                 rec["kernel"][name] = kernel
         rec["route"] = _route(x, wf[0], captured=True)
         b0, _ = self.timer.step(base, replays)
-
-        def refresh() -> None:  # new values in the graph's x before the replay whose outputs are checked
-            x.copy_(exactness.random_bf16(m, k, device=self.device))
-
         for name, fn in variants.items():
             try:
-                t, outs = self.timer.step(timing.chain_step(x, layers, fn), replays, refresh=refresh)
+                t, outs = self.timer.step(timing.chain_step(x, layers, fn), replays,
+                                          refresh=lambda: exactness.refill(x))
             except Exception as e:
                 rec["note"][name] = f"raised {type(e).__name__}: {str(e)[:200]}"
                 continue

@@ -128,15 +128,11 @@ def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int, rounds: int) -
     steps = region.Steps(spec, ctx.plans[schedule], ctx.weights, x, ctx.streams)
     times: dict[str, list[float]] = {name: [] for name in modes}
     router = routing.get_router()
-
-    def refresh() -> None:  # x is the graph's input: new values in place
-        x.copy_(exactness.random_bf16(m, spec.hidden, device=bench.device))
-
     for name in timing.rotated_rounds(times, rounds):  # a mode that raised is dropped from times
         try:
             t, outs = bench.timer.step(steps.of(modes[name]), replays,
                                        before_capture=router.reset_counters if name == "routed" else None,
-                                       refresh=refresh)
+                                       refresh=lambda: exactness.refill(x))
         except Exception as e:  # one failing mode is a note, not the end of the run
             rec["note"][name] = f"raised {type(e).__name__}: {str(e)[:200]}"
             del times[name]
