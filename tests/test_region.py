@@ -262,6 +262,34 @@ def test_bench_region_checks_outputs_after_x_gets_fresh_values(tmp_path, capsys,
     assert "precision: 0/2 results exact; FAILED" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("alone_us,suspect", [(1.0, False), (10.0, True)])
+def test_a_serial_row_whose_columns_add_less_than_their_calls_alone_is_suspect(tmp_path, capsys, fake_router,
+                                                                                alone_us, suspect):
+    """Serial (one stream): each column's calls are timed alone at every fp32 shape. tiny has 3 calls in 3
+    layers, each adding 4 us a layer in the step: against 1 us a call alone that fits; against 10 us a call
+    alone (10 a layer) the step did not run them in turn, the row says so, and the serial target is not
+    measured at that M rather than met or missed."""
+    from sglang_fp32gemm.tools import targets
+
+    class Timer(StepTimer):
+        def per_call(self, fn, x, weights, replays=15):
+            return alone_us
+
+    argv = ["--region", "--region-model", "tiny", "--region-m", "1", "--region-schedule", "serial",
+            "--region-rounds", "1", "--out-dir", str(tmp_path)]
+    assert bench.main(argv, backends=[], device=torch.device("cpu"), timer=Timer()) == 0
+    r = json.load(open(tmp_path / "bench_region.json"))["results"][0]
+    assert r["isolated_per_layer_us"] == {"torch": alone_us, "routed": alone_us}
+    assert r["isolated_us"]["routed"] == {"64": alone_us, "128": alone_us}
+    assert sorted(r["suspect"]) == (["routed", "torch"] if suspect else [])
+    out = capsys.readouterr().out
+    assert ("SUSPECT" in out) is suspect and ("Suspect" in (tmp_path / "bench_region.md").read_text()) is suspect
+    r["model"], r["add_per_layer_us"]["vllm_ll"] = "pro", 5.0  # as if V4-Pro with the peer's column
+    v = targets.region_added([r], "serial", (1,), "t", lambda m, added: 0.9 * added["vllm_ll"], "vllm_ll")
+    assert v.status == ("NODATA" if suspect else "PASS"), v
+    assert not suspect or "M=1: suspect (routed added less than their calls alone)" in v.misses
+
+
 def test_bench_region_leaves_a_mode_that_raises_out_of_the_later_rounds(tmp_path, fake_router, monkeypatch):
     from sglang_fp32gemm.tools import region_bench
 

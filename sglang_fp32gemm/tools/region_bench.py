@@ -12,6 +12,8 @@ against float64 (``exactness``). In ``routed`` mode the router's counters, reset
 eager warm-up and read after each capture, must show every captured call on the kernel the
 table names for its shape (``route_check``). Before the last replay of each capture x gets fresh
 values (``refresh``), so that the check also shows that every captured kernel ran in the replays.
+In the serial schedule (one stream) each column's calls are also timed alone at every fp32 shape:
+a column that adds much less than their sum (``SERIAL_FLOOR``) is marked ``suspect``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ from sglang_fp32gemm.tools import region, timing
 from sglang_fp32gemm.tools.bench_measure import PEER
 
 DEFAULT_M = "1,2,4,8,16,32,64"
+#: On one stream each call runs after the kernel before it, so what a column adds cannot fall much below
+#: the sum of its calls timed alone, back to back (where a PDL form even overlaps its own previous launch).
+#: Below this share of that sum the step did not run its calls in turn (run 20: 0.62-0.73x): ``suspect``.
+SERIAL_FLOOR = 0.85
 
 
 @dataclasses.dataclass
@@ -153,7 +159,34 @@ def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int, rounds: int) -
     base = step.pop("none")
     rec["step_us"] = {"none": round(base, 2), **{name: round(t, 2) for name, t in step.items()}}
     rec["add_per_layer_us"] = {name: round((t - base) / L, 3) for name, t in step.items()}
+    if schedule == "serial":
+        _serial_check(bench, ctx, m, {name: modes[name] for name in step}, rec)
     return rec
+
+
+def _serial_check(bench, ctx: Ctx, m: int, modes: dict, rec: dict) -> None:
+    """Each column's calls timed alone at each fp32 shape (``isolated_us``), their sum per layer
+    (``isolated_per_layer_us``), and the columns that added less than ``SERIAL_FLOOR`` of it (``suspect``)."""
+    spec = ctx.spec
+    x = exactness.random_bf16(m, spec.hidden, device=bench.device)
+    rec.update(isolated_us={}, isolated_per_layer_us={}, suspect={})
+    for name, gemm in modes.items():
+        per: dict[int, float] = {}
+        try:
+            for n, k in region.fp32_shapes(spec):
+                if n not in ctx.sweep_weights:
+                    ctx.sweep_weights[n] = bench.timer.weights(n, k, bench.device)
+                per[n] = bench.timer.per_call(gemm[n], x, ctx.sweep_weights[n])
+        except Exception as e:  # the check is a note; the row's times stand
+            rec["note"][f"{name} alone"] = f"raised {type(e).__name__}: {str(e)[:200]}"
+            continue
+        total = sum(region.fp32_calls(spec, n) * us for n, us in per.items()) / spec.layers
+        added = rec["add_per_layer_us"][name]
+        rec["isolated_us"][name] = {str(n): round(us, 3) for n, us in per.items()}
+        rec["isolated_per_layer_us"][name] = round(total, 3)
+        if added < SERIAL_FLOOR * total:
+            rec["suspect"][name] = (f"added {added:.2f} us a layer, {added / total:.2f}x its calls' sum alone "
+                                    f"({total:.2f}): on one stream the step did not run them in turn")
 
 
 def _check_outputs(rec: dict, name: str, outs: list, where: list, x: torch.Tensor, weights: list) -> None:
@@ -170,9 +203,12 @@ def line(r: dict) -> str:
     adds = " ".join(f"{c}={v:.2f}" for c, v in r["add_per_layer_us"].items())
     chk = r.get("route_check", {}).get("ok")
     spread = spread_pct(r)
+    suspect = ", ".join(f"{c} {r['add_per_layer_us'][c] / r['isolated_per_layer_us'][c]:.2f}x"
+                        for c in r.get("suspect", {}))
     return (f"{r['model']} M={r['M']} {r['schedule']} base {r['step_us'].get('none', '-')} us; added per layer: "
             f"{adds}" + ("" if spread is None else f"; captures spread {spread:.1f}%")
-            + ("" if chk is None else f"; routed as the table says: {chk}"))
+            + ("" if chk is None else f"; routed as the table says: {chk}")
+            + (f"; SUSPECT (below {SERIAL_FLOOR}x the calls alone): {suspect}" if suspect else ""))
 
 
 def spread_pct(r: dict) -> Optional[float]:
@@ -203,6 +239,11 @@ def markdown(results: list[dict]) -> str:
     if kernels:
         lines += ["", "Columns ran these kernels:", ""]
         lines += [f"- {c}: " + "; ".join(sorted(ks)[:8]) for c, ks in kernels.items()]
+    suspect = [f"{r['model']} M={r['M']} {r['schedule']} {c}: {why}" for r in results
+               for c, why in r.get("suspect", {}).items()]
+    if suspect:
+        lines += ["", f"Suspect (on one stream, below {SERIAL_FLOOR}x the sum of the column's calls alone):", ""]
+        lines += [f"- {s}" for s in suspect]
     notes = {f"{c}: {v}" for r in results for c, v in r["note"].items() if c != "schedule"}
     if notes:
         lines += ["", "Notes:", ""] + [f"- {n}" for n in sorted(notes)[:20]]

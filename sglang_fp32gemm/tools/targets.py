@@ -245,12 +245,17 @@ def precision(files: dict[str, list[dict]]) -> Verdict:
 def region_added(region: list[dict], schedule: str, ms: tuple[int, ...], name: str,
                  bound: Callable[[int, dict], Optional[float]], what: str, model: str = "pro") -> Verdict:
     """One target on what the fp32 GEMMs add per layer in a region model (V4-Pro unless named; issue 15):
-    ``bound(m, added)`` is the most ``routed`` may add at M (None: that M lacks the ``what`` column)."""
-    rows = {r["M"]: r["add_per_layer_us"] for r in region
+    ``bound(m, added)`` is the most ``routed`` may add at M (None: that M lacks the ``what`` column). A row
+    whose routed or ``what`` column ``bench --region`` marked suspect is not measured."""
+    rows = {r["M"]: r for r in region
             if r.get("model") == model and r.get("schedule") == schedule and "routed" in r.get("add_per_layer_us", {})}
     checked, misses, missing = 0, [], []
     for m in ms:
-        added = rows.get(m)
+        added = rows[m]["add_per_layer_us"] if m in rows else None
+        suspect = sorted(c for c in rows[m].get("suspect", {}) if c in ("routed", what)) if m in rows else []
+        if suspect:
+            missing.append(f"M={m}: suspect ({', '.join(suspect)} added less than their calls alone)")
+            continue
         limit = bound(m, added) if added is not None else None
         if limit is None:
             missing.append(f"M={m}: not measured" if added is None else f"M={m}: no {what} column")
