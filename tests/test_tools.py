@@ -639,6 +639,10 @@ def test_bench_every_mode_on_cpu_writes_what_targets_reads(tmp_path, capsys, rou
     assert set(e[0]["us"]) == {"torch", "routed", "hooked", "triton", "cutedsl"}
     dec = json.load(open(out / "bench_decode.json"))["results"][0]
     assert dec["layers"] == 3 and dec["add_per_layer_us"]["triton"] == 4.0  # (100 + 4*3 - 100) / 3
+    # one stream: every column adds 4 us a layer; alone torch and routed take 9, cutedsl 5, triton 4
+    assert dec["alone_us"] == {"torch": 9.0, "routed": 9.0, "triton": 4.0, "cutedsl": 5.0}
+    assert sorted(dec["suspect"]) == ["cutedsl", "routed", "torch"] and "0.44x" in dec["suspect"]["torch"]
+    assert "Suspect" in (out / "bench_decode.md").read_text()
     assert dec["note"]["triton+pdl"] == "no PDL variant (its config has no pdl field)"
     for name in ("bench.md", "bench_det.md", "bench_eager.md", "bench_decode.md"):
         assert (out / name).read_text().startswith("# ")
@@ -851,6 +855,14 @@ def test_targets_nodata_when_a_shape_or_column_is_missing(tmp_path):
     iso = targets.routed_vs_best(g["results"])
     assert iso.status == "NODATA" and "M=1 N=512: no cutedsl column" in iso.misses
     assert targets.main([path]) == 1
+
+
+def test_targets_count_a_suspect_decode_row_as_not_measured():
+    row = {"M": 4, "N": 1024, "K": 7168, "add_per_layer_us": {"torch": 8.5, "routed": 5.2}}
+    assert targets.decode_add([row]).status == "PASS"
+    row["suspect"] = {"routed": "added 5.20 us, 0.50x its calls' time alone (10.40)"}
+    v = targets.decode_add([row])
+    assert v.status == "NODATA" and "0.50x" in v.detail
 
 
 def test_targets_deterministic_fails_when_not_repeatable_or_slower(tmp_path):

@@ -210,8 +210,16 @@ class Bench:
         b1, _ = self.timer.step(base, replays)
         rec["base_step_us"] = [round(b0, 2), round(b1, 2)]
         base_us = (b0 + b1) / 2
+        rec["alone_us"], rec["suspect"] = {}, {}
         for name, t in rec["step_us"].items():
-            rec["add_per_layer_us"][name] = round((t - base_us) / L, 3)
+            rec["add_per_layer_us"][name] = added = round((t - base_us) / L, 3)
+            # one stream: a call that adds much less than it takes alone was not run in turn
+            alone = self._time(variants[name], x, wf, rec["note"], f"{name} alone")
+            if alone is not None:
+                rec["alone_us"][name] = alone
+                why = timing.one_stream_suspect(added, alone)
+                if why:
+                    rec["suspect"][name] = why
         return rec
 
 

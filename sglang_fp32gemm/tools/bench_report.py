@@ -72,6 +72,9 @@ def markdown_decode(results: list[dict]) -> str:
     for r in results:
         lines.append(f"| {r['M']} | {r['N']} | {r['K']} | {'/'.join(fmt(b) for b in r['base_step_us'])} | "
                      + " | ".join(fmt(r["add_per_layer_us"].get(c), 3) for c in cols) + " |")
+    suspect = [f"- M={r['M']} N={r['N']} {c}: {why}" for r in results for c, why in r.get("suspect", {}).items()]
+    if suspect:
+        lines += ["", "Suspect (one stream: a call cannot add much less than it takes alone):", "", *suspect]
     return "\n".join(lines) + "\n"
 
 
@@ -167,6 +170,8 @@ def summary_decode(results: list[dict]) -> list[str]:
     for r in results:
         adds = " ".join(f"{c} {v:.2f}" for c, v in r["add_per_layer_us"].items())
         out.append(f"  M={r['M']:<3d} N={r['N']:<5d} base {'/'.join(fmt(b) for b in r['base_step_us'])} | {adds}")
+        for c, why in r.get("suspect", {}).items():
+            out.append(f"  SUSPECT {c}: {why}")
     notes = {c: v for r in results for c, v in r["note"].items() if "pdl" in c}
     for c, v in notes.items():
         out.append(f"  {c}: skipped, {v}")

@@ -13,7 +13,7 @@ eager warm-up and read after each capture, must show every captured call on the 
 table names for its shape (``route_check``). Before the last replay of each capture x gets fresh
 values (``refresh``), so that the check also shows that every captured kernel ran in the replays.
 In the serial schedule (one stream) each column's calls are also timed alone at every fp32 shape:
-a column that adds much less than their sum (``SERIAL_FLOOR``) is marked ``suspect``.
+a column that adds much less than their sum (``timing.one_stream_suspect``) is marked ``suspect``.
 """
 
 from __future__ import annotations
@@ -31,10 +31,6 @@ from sglang_fp32gemm.tools import region, timing
 from sglang_fp32gemm.tools.bench_measure import PEER
 
 DEFAULT_M = "1,2,4,8,16,32,64"
-#: On one stream each call runs after the kernel before it, so what a column adds cannot fall much below
-#: the sum of its calls timed alone, back to back (where a PDL form even overlaps its own previous launch).
-#: Below this share of that sum the step did not run its calls in turn (run 20: 0.62-0.73x): ``suspect``.
-SERIAL_FLOOR = 0.85
 
 
 @dataclasses.dataclass
@@ -166,7 +162,7 @@ def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int, rounds: int) -
 
 def _serial_check(bench, ctx: Ctx, m: int, modes: dict, rec: dict) -> None:
     """Each column's calls timed alone at each fp32 shape (``isolated_us``), their sum per layer
-    (``isolated_per_layer_us``), and the columns that added less than ``SERIAL_FLOOR`` of it (``suspect``)."""
+    (``isolated_per_layer_us``), and the columns that added much less than it (``suspect``)."""
     spec = ctx.spec
     x = exactness.random_bf16(m, spec.hidden, device=bench.device)
     rec.update(isolated_us={}, isolated_per_layer_us={}, suspect={})
@@ -181,12 +177,11 @@ def _serial_check(bench, ctx: Ctx, m: int, modes: dict, rec: dict) -> None:
             rec["note"][f"{name} alone"] = f"raised {type(e).__name__}: {str(e)[:200]}"
             continue
         total = sum(region.fp32_calls(spec, n) * us for n, us in per.items()) / spec.layers
-        added = rec["add_per_layer_us"][name]
         rec["isolated_us"][name] = {str(n): round(us, 3) for n, us in per.items()}
         rec["isolated_per_layer_us"][name] = round(total, 3)
-        if added < SERIAL_FLOOR * total:
-            rec["suspect"][name] = (f"added {added:.2f} us a layer, {added / total:.2f}x its calls' sum alone "
-                                    f"({total:.2f}): on one stream the step did not run them in turn")
+        why = timing.one_stream_suspect(rec["add_per_layer_us"][name], total)
+        if why:
+            rec["suspect"][name] = why + " (a layer)"
 
 
 def _check_outputs(rec: dict, name: str, outs: list, where: list, x: torch.Tensor, weights: list) -> None:
@@ -208,7 +203,7 @@ def line(r: dict) -> str:
     return (f"{r['model']} M={r['M']} {r['schedule']} base {r['step_us'].get('none', '-')} us; added per layer: "
             f"{adds}" + ("" if spread is None else f"; captures spread {spread:.1f}%")
             + ("" if chk is None else f"; routed as the table says: {chk}")
-            + (f"; SUSPECT (below {SERIAL_FLOOR}x the calls alone): {suspect}" if suspect else ""))
+            + (f"; SUSPECT (below {timing.ONE_STREAM_FLOOR}x the calls alone): {suspect}" if suspect else ""))
 
 
 def spread_pct(r: dict) -> Optional[float]:
@@ -242,7 +237,8 @@ def markdown(results: list[dict]) -> str:
     suspect = [f"{r['model']} M={r['M']} {r['schedule']} {c}: {why}" for r in results
                for c, why in r.get("suspect", {}).items()]
     if suspect:
-        lines += ["", f"Suspect (on one stream, below {SERIAL_FLOOR}x the sum of the column's calls alone):", ""]
+        lines += ["", f"Suspect (on one stream, below {timing.ONE_STREAM_FLOOR}x the sum of the column's calls alone):",
+                  ""]
         lines += [f"- {s}" for s in suspect]
     notes = {f"{c}: {v}" for r in results for c, v in r["note"].items() if c != "schedule"}
     if notes:

@@ -171,6 +171,8 @@ def decode_add(decode: list[dict], n: int = 1024, m: int = 4, limit: float = 5.5
     name = f"decode sequence N={n} M={m}: the routed call adds <= {limit} us per layer"
     if r is None or "routed" not in r.get("add_per_layer_us", {}):
         return Verdict(name, "NODATA", "not measured")
+    if "routed" in r.get("suspect", {}):
+        return Verdict(name, "NODATA", f"suspect: routed {r['suspect']['routed']}")
     add = r["add_per_layer_us"]
     others = ", ".join(f"{c} {v:.2f}" for c, v in add.items() if c != "routed")
     detail = f"routed adds {add['routed']:.2f} us per layer (others: {others})"

@@ -198,6 +198,20 @@ def peak_bandwidth_tbs(device) -> Optional[float]:
     return 2 * khz * 1e3 * bits / 8 / 1e12 if khz and bits else None
 
 
+#: On one stream each call runs after the kernel before it, so what a call adds to a step cannot fall much below
+#: its time alone, back to back (where a PDL form even overlaps its own previous launch). Below this share of
+#: it the step did not run its calls in turn (run 20's serial processes: 0.62-0.73x; run 19b's: 1.03-1.24x).
+ONE_STREAM_FLOOR = 0.85
+
+
+def one_stream_suspect(added: float, alone: float) -> Optional[str]:
+    """Why ``added`` (us a call, or a layer, on one stream) cannot be what the step ran, or None."""
+    if added < ONE_STREAM_FLOOR * alone:
+        return (f"added {added:.2f} us, {added / alone:.2f}x its calls' time alone ({alone:.2f}): "
+                "on one stream the step did not run them in turn")
+    return None
+
+
 def torch_mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.mm(x, w.t(), out_dtype=torch.float32)
 
