@@ -215,7 +215,6 @@ class Tuner:
         not run, nothing is ranked (None).
         """
         where = self.setting(m, n, k, x)
-
         fns = {"": None, "torch": self.torch_fn}
         for _, c, _ in final:
             try:
