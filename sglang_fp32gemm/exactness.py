@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -74,6 +74,21 @@ def random_bf16(*shape: int, device: torch.device | str = "cpu",
 def refill(t: torch.Tensor) -> None:
     """Fresh values (as ``random_bf16``) in place: a captured graph's input gets new values."""
     t.copy_(random_bf16(*t.shape, device=t.device))
+
+
+class StaleOutputs(RuntimeError):
+    """A captured step's outputs were wrong after its input got fresh values: the graph did not run those calls."""
+
+
+def check_replayed(outs: Sequence[torch.Tensor], operands: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Raise ``StaleOutputs`` unless each output is exact for its (x, w) as they are now (after ``refill``)."""
+    if outs and len(outs) != len(operands):
+        raise StaleOutputs(f"{len(outs)} outputs for {len(operands)} calls")
+    for i, (o, (x, w)) in enumerate(zip(outs, operands)):
+        got = measure(o, reference(x, w))
+        if not got.ok:
+            raise StaleOutputs(f"output {i} of {len(outs)} not exact after fresh x (rel. error {got.rel_err:.2e}): "
+                               "the graph did not run this call in its replays")
 
 
 def poison(device: torch.device | str, numel: int) -> None:

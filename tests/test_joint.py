@@ -41,10 +41,12 @@ class PricedTimer:
     def __init__(self, fake: ExactFake, fake_us: dict[int, float]):
         self.fake, self.fake_us, self.steps = fake, fake_us, 0
 
-    def step(self, step, replays=20, before_capture=None):
+    def step(self, step, replays=20, before_capture=None, refresh=None):
         self.steps += 1
         if before_capture is not None:  # as CudaTimer: after the (here skipped) eager warm-up
             before_capture()
+        if refresh is not None:  # the outputs of a replay after fresh inputs
+            refresh()
         before = len(self.fake.shapes)
         outs = step()
         by_fake = [n for _, n, _ in self.fake.shapes[before:]]
@@ -126,3 +128,37 @@ def test_a_subset_whose_captured_calls_fell_back_is_never_kept(tmp_path, monkeyp
     assert sorted(rec["fallbacks"]) == ["128", "64+128"], rec["fallbacks"]
     assert rec["kept"] == [64] and rec["dropped"] == [128]
     assert "FELL BACK (not kept)" in capsys.readouterr().out
+
+
+def test_a_subset_whose_calls_the_graph_did_not_run_is_never_kept(tmp_path, monkeypatch, capsys):
+    """N=128's kernel computes from the first x it saw (as one launched outside the capture, run once at capture
+    time): after x gets fresh values its output is wrong, and a subset holding it is not kept, however fast."""
+    from fakes.fake_backends import splitk_fp32
+
+    class FirstXAt128(ExactFake):
+        def compute(self, cfg, x, w):
+            if w.shape[0] == 128:
+                x = self.first.setdefault(id(x), (x, x.clone()))[1]
+            return splitk_fp32(x, w)
+
+    class CaptureThenReplay(PricedTimer):
+        """The step once as the capture (priced), then, after ``refresh``, once more as the checked replay."""
+
+        def step(self, step, replays=20, before_capture=None, refresh=None):
+            us, outs = super().step(step, replays, before_capture)
+            if refresh is not None:
+                refresh()
+                outs = step()
+            return us, outs
+
+    fake = FirstXAt128()
+    fake.first = {}
+    shapes = [(1, n, k) for n, k in region.fp32_shapes(TINY)]
+    monkeypatch.setattr(routing, "build_router", lambda: make_router([fake], shapes=shapes))
+    js = tmp_path / "j.json"
+    argv = ["--model", "tiny", "--m", "1", "--rounds", "1", "--out", str(tmp_path / "j.csv"), "--json", str(js)]
+    assert joint.main(argv, device=torch.device("cpu"), timer=CaptureThenReplay(fake, {64: 1.0, 128: 0.0})) == 0
+    rec = json.load(open(js))["results"][0]
+    assert sorted(rec["stale"]) == ["128", "64+128"], rec["stale"]
+    assert rec["kept"] == [64] and rec["dropped"] == [128]
+    assert "NOT RUN IN THE GRAPH (not kept): 128, 64+128" in capsys.readouterr().out

@@ -121,19 +121,27 @@ def measure(ctx: Ctx, m: int, rounds: int, replays: int, min_gain: float
     times: dict = {s: [] for s in [None] + subs}
     router = routing.get_router()
     fell: dict[str, dict[str, int]] = {}
+    stale: dict[str, str] = {}
     for s in timing.rotated_rounds(times, rounds):
         # Counters reset after the eager warm-up: a routed call captured on torch is a fallback.
-        t, _ = ctx.timer.step(steps.of(None if s is None else gemm[s]), replays,
-                              before_capture=router.reset_counters if s else None)
+        t, outs = ctx.timer.step(steps.of(None if s is None else gemm[s]), replays,
+                                 before_capture=router.reset_counters if s else None,
+                                 refresh=lambda: exactness.refill(x))
         times[s].append(t)
         bad = {f"{r}:{d}": c for (r, d), c in router.counters().items() if r == "torch"} if s else {}
         if bad:
             fell.setdefault(_name(s), bad)
+        try:  # outputs after fresh x: a call the graph did not run leaves its output wrong
+            exactness.check_replayed(outs, [(x, ctx.weights[layer][op]) for layer, op in steps.where])
+        except exactness.StaleOutputs as e:
+            stale.setdefault(_name(s), str(e)[:200])
     steps.release()
     base = statistics.median(times.pop(None))
     added = {s: (statistics.median(t) - base) / spec.layers for s, t in times.items()}
-    # A subset whose captured calls fell back was not timed on its kernels: it cannot be kept.
-    keep = choose({s: v for s, v in added.items() if _name(s) not in fell}, min_gain)
+    # A subset whose captured calls fell back, or did not run, was not timed on its kernels: it cannot be kept
+    # (and if torch's did not run, nothing was measured against it: no kernel is kept).
+    keep = frozenset() if "torch" in stale else \
+        choose({s: v for s, v in added.items() if _name(s) not in fell and _name(s) not in stale}, min_gain)
     dropped = [r for r in routed if r.n not in keep]
     torch_call_us = added[frozenset()] * spec.layers / region.fp32_calls(spec)
     fast, eager = overlay(m, spec.hidden, dropped, torch_call_us)
@@ -141,7 +149,7 @@ def measure(ctx: Ctx, m: int, rounds: int, replays: int, min_gain: float
            "routed": {str(r.n): r.kernel for r in routed},
            "added_per_layer_us": {_name(s): round(v, 3) for s, v in added.items()},
            "rounds_step_us": {_name(s): [round(t, 2) for t in v] for s, v in times.items()},
-           "kept": sorted(keep), "dropped": [r.n for r in dropped], "fallbacks": fell,
+           "kept": sorted(keep), "dropped": [r.n for r in dropped], "fallbacks": fell, "stale": stale,
            "rows": [r.to_csv_fields() for r in fast], "eager_rows": [r.to_csv_fields() for r in eager]}
     return rec, fast, eager
 
@@ -156,7 +164,8 @@ def line(rec: dict) -> str:
     return (f"{rec['model']} M={rec['M']} {rec['schedule']}: added per layer torch {a['torch']:.2f}, "
             f"as routed ({every}) {a[every]:.2f}, kept {kept} {a[kept]:.2f}"
             + (f"; torch rows for N={','.join(str(n) for n in rec['dropped'])}" if rec["dropped"] else "")
-            + (f"; FELL BACK (not kept): {rec['fallbacks']}" if rec.get("fallbacks") else ""))
+            + (f"; FELL BACK (not kept): {rec['fallbacks']}" if rec.get("fallbacks") else "")
+            + (f"; NOT RUN IN THE GRAPH (not kept): {', '.join(rec['stale'])}" if rec.get("stale") else ""))
 
 
 def run(args: argparse.Namespace, device=None, timer=None) -> int:

@@ -112,21 +112,6 @@ class Setting(NamedTuple):
     one_stream: bool = True  # every kernel after the one before it: no call can add less than its weight's read
 
 
-class StaleOutputs(RuntimeError):
-    """A step's outputs were wrong after its input got fresh values: the graph did not run those calls."""
-
-
-def _check_replayed(outs: list, operands: list) -> None:
-    """Raise ``StaleOutputs`` unless every output is exact for its (x, w) as they are now."""
-    if outs and len(outs) != len(operands):
-        raise StaleOutputs(f"{len(outs)} outputs for {len(operands)} calls")
-    for i, (o, (x, w)) in enumerate(zip(outs, operands)):
-        got = exactness.measure(o, exactness.reference(x, w))
-        if not got.ok:
-            raise StaleOutputs(f"output {i} of {len(outs)} not exact after fresh x (rel. error {got.rel_err:.2e}): "
-                               "the graph did not run this call in its replays")
-
-
 class Tuner:
     def __init__(self, backends: list, device, timer, log: common.JsonLog, *, caps: dict[str, int] | None = None,
                  top: int = 3, screen_replays: int = 7, final_replays: int = 15,
@@ -227,7 +212,7 @@ class Tuner:
             try:
                 t, outs = self.timer.step(where.step(fns[label]), self.final_replays,
                                           refresh=lambda: exactness.refill(x))
-                _check_replayed(outs, where.operands())
+                exactness.check_replayed(outs, where.operands())
                 times[label].append(t)
             except Exception as e:
                 if not label:
