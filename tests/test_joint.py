@@ -104,6 +104,16 @@ def test_joint_is_a_command_and_rejects_an_unknown_model(capsys):
     assert "unknown model ultra" in capsys.readouterr().err
 
 
+def _joint_at_m1(tmp_path, monkeypatch, fake, timer) -> dict:
+    """``joint`` on tiny at M=1 (one round), the fast table routing both its shapes to ``fake``: its record."""
+    shapes = [(1, n, k) for n, k in region.fp32_shapes(TINY)]
+    monkeypatch.setattr(routing, "build_router", lambda: make_router([fake], shapes=shapes))
+    js = tmp_path / "j.json"
+    argv = ["--model", "tiny", "--m", "1", "--rounds", "1", "--out", str(tmp_path / "j.csv"), "--json", str(js)]
+    assert joint.main(argv, device=torch.device("cpu"), timer=timer) == 0
+    return json.load(open(js))["results"][0]
+
+
 def test_a_subset_whose_captured_calls_fell_back_is_never_kept(tmp_path, monkeypatch, capsys):
     from fakes.fake_backends import splitk_fp32
     from sglang_fp32gemm.backends import probe as probe_mod
@@ -118,13 +128,8 @@ def test_a_subset_whose_captured_calls_fell_back_is_never_kept(tmp_path, monkeyp
             return splitk_fp32(x, w)
 
     fake = NotReadyAt128()
-    shapes = [(1, n, k) for n, k in region.fp32_shapes(TINY)]
-    monkeypatch.setattr(routing, "build_router", lambda: make_router([fake], shapes=shapes))
-    js = tmp_path / "j.json"
-    argv = ["--model", "tiny", "--m", "1", "--rounds", "1", "--out", str(tmp_path / "j.csv"), "--json", str(js)]
     # Priced as if N=128's kernel were free: only the fallback check keeps it out.
-    assert joint.main(argv, device=torch.device("cpu"), timer=PricedTimer(fake, {64: 1.0, 128: 0.0})) == 0
-    rec = json.load(open(js))["results"][0]
+    rec = _joint_at_m1(tmp_path, monkeypatch, fake, PricedTimer(fake, {64: 1.0, 128: 0.0}))
     assert sorted(rec["fallbacks"]) == ["128", "64+128"], rec["fallbacks"]
     assert rec["kept"] == [64] and rec["dropped"] == [128]
     assert "FELL BACK (not kept)" in capsys.readouterr().out
@@ -153,12 +158,7 @@ def test_a_subset_whose_calls_the_graph_did_not_run_is_never_kept(tmp_path, monk
 
     fake = FirstXAt128()
     fake.first = {}
-    shapes = [(1, n, k) for n, k in region.fp32_shapes(TINY)]
-    monkeypatch.setattr(routing, "build_router", lambda: make_router([fake], shapes=shapes))
-    js = tmp_path / "j.json"
-    argv = ["--model", "tiny", "--m", "1", "--rounds", "1", "--out", str(tmp_path / "j.csv"), "--json", str(js)]
-    assert joint.main(argv, device=torch.device("cpu"), timer=CaptureThenReplay(fake, {64: 1.0, 128: 0.0})) == 0
-    rec = json.load(open(js))["results"][0]
+    rec = _joint_at_m1(tmp_path, monkeypatch, fake, CaptureThenReplay(fake, {64: 1.0, 128: 0.0}))
     assert sorted(rec["stale"]) == ["128", "64+128"], rec["stale"]
     assert rec["kept"] == [64] and rec["dropped"] == [128]
     assert "NOT RUN IN THE GRAPH (not kept): 128, 64+128" in capsys.readouterr().out
