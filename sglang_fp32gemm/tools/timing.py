@@ -200,7 +200,9 @@ def peak_bandwidth_tbs(device) -> Optional[float]:
 
 #: On one stream each call runs after the kernel before it, so what a call adds to a step cannot fall much below
 #: its time alone, back to back (where a PDL form even overlaps its own previous launch). Below this share of
-#: it the step did not run its calls in turn (run 20's serial processes: 0.62-0.73x; run 19b's: 1.03-1.24x).
+#: it the step did not run its calls in turn. H200: runs 15-20's tune logs hold 559 one-stream times of forms
+#: with their isolated times; the lowest is 0.93x but for run 20c2's four PDL forms at 0.29-0.38x; run 20's
+#: serial bench processes put torch, routed and ll_bf16 at 0.62-0.73x of their sums, run 19b's at 1.03-1.24x.
 ONE_STREAM_FLOOR = 0.85
 
 
