@@ -203,6 +203,7 @@ def peak_bandwidth_tbs(device) -> Optional[float]:
 #: it the step did not run its calls in turn. H200: runs 15-20's tune logs hold 559 one-stream times of forms
 #: with their isolated times; the lowest is 0.93x but for run 20c2's four PDL forms at 0.29-0.38x; run 20's
 #: serial bench processes put torch, routed and ll_bf16 at 0.62-0.73x of their sums, run 19b's at 1.03-1.24x.
+#: Used by bench (--region's serial schedule, --decode-seq) and the tuner's one-stream ranks.
 ONE_STREAM_FLOOR = 0.85
 
 

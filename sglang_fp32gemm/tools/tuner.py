@@ -185,12 +185,15 @@ class Tuner:
                        lambda fn: steps.of(None if fn is None else {n: fn}),
                        lambda: [(x, weights[layer][name]) for layer, name in steps.where], schedule == "serial")
 
-    def rerank(self, m: int, n: int, k: int, x: torch.Tensor, final: list) -> Optional[tuple[float, list]]:
+    def rerank(self, m: int, n: int, k: int, x: torch.Tensor, final: list,
+               torch_alone_us: Optional[float] = None) -> Optional[tuple[float, list]]:
         """(torch's, the finalists re-ranked by) us each call adds in ``setting``; all logged. None when, on
-        one stream, a call added less than reading its weight at the device's peak bandwidth takes: the
+        one stream, a call added less than reading its weight at the device's peak bandwidth takes, or much
+        less than its own time alone (``torch_alone_us`` for torch; ``timing.one_stream_suspect``): the
         setting did not run its kernels one after another, and the shape keeps its isolated order (run 20,
-        H200: torch's N=2048 call added 4.65 us in the serial schedule, where its 29.4 MB take 6.0). A PDL
-        form may overlap the kernel before it, but none of runs 15-19's 646 one-stream times fell below it.
+        H200: torch's N=2048 call added 4.65 us in the serial schedule, where its 29.4 MB take 6.0, and PDL
+        forms 0.29-0.38x their time alone). A PDL form may overlap the kernel before it, but none of runs
+        15-19's 646 one-stream times fell below the read, nor 0.89x its time alone.
 
         Each round times the step without the calls, with torch's and with every finalist's,
         interleaved (``timing.rotated_rounds``); the medians over ``rounds`` rounds are compared,
@@ -239,17 +242,22 @@ class Tuner:
                           isolated_us=us, rel_err=res.rel_err, rounds=times[c.label])
                 ranked.append((added(c.label), c, res))
         ranked.sort(key=lambda r: r[0])
-        peak = timing.peak_bandwidth_tbs(self.device) if where.one_stream else None
-        if peak is not None:
-            floor = timing.floor_us(0, n, k, peak)  # the bf16 weight alone (x and C may sit in L2)
+        if where.one_stream:
+            # On one stream a call adds at least its weight's read at the device's peak bandwidth, and not much
+            # less than its own time alone (timing.one_stream_suspect): below either, the setting did not run
+            # its kernels in turn.
+            peak = timing.peak_bandwidth_tbs(self.device)
+            floor = timing.floor_us(0, n, k, peak) if peak else 0.0  # the bf16 weight (x and C may sit in L2)
+            alone = {"torch": torch_alone_us, **{c.label: us for us, c, _ in final}}
             low = {label: round(us, 3) for label, us in [("torch", torch_us), *((c.label, us) for us, c, _ in ranked)]
-                   if us < floor}
+                   if us < floor or (alone.get(label) and timing.one_stream_suspect(us, alone[label]))}
             if low:
                 self.log.write(event="rank_suspect", phase=self.rank, setting=where.name, M=m, N=n, K=k,
-                               floor_us=round(floor, 3), peak_tbs=round(peak, 3), below=low)
+                               floor_us=round(floor, 3), peak_tbs=peak and round(peak, 3), below=low,
+                               alone={label: alone.get(label) and round(alone[label], 3) for label in low})
                 logger.warning("%s at M=%d N=%d K=%d: %d calls added less than their weight's read (%.2f us at "
-                               "%.2f TB/s); the shape keeps its isolated order", where.name, m, n, k, len(low),
-                               floor, peak)
+                               "%s TB/s) or than %.2fx their time alone; the shape keeps its isolated order",
+                               where.name, m, n, k, len(low), floor, peak and f"{peak:.2f}", timing.ONE_STREAM_FLOOR)
                 return None
         return torch_us, ranked
 
@@ -320,7 +328,7 @@ class Tuner:
         final.sort(key=lambda r: r[0])
         alone, torch_alone_us = final, torch_us
         if self.rank != "isolated":
-            reranked = self.rerank(m, n, k, x, final)
+            reranked = self.rerank(m, n, k, x, final, torch_alone_us)
             if reranked is not None:
                 torch_us, final = reranked
         lo = min(bucket) if bucket else m
