@@ -16,7 +16,7 @@ run() {  # NAME SCHEDULES BACKENDS...
   local name=$1 sched=$2 o=$OUT/diag/$1
   shift 2
   mkdir -p "$o"
-  timeout -k 5 90 python3 -m sglang_fp32gemm bench --region --region-model pro --region-m 4 \
+  timeout -k 5 120 python3 -m sglang_fp32gemm bench --region --region-model pro --region-m 4 \
     --region-schedule "$sched" --region-rounds 3 --backends "$@" \
     --tune-log docs/benchmarks/h200/tune_log.jsonl.gz --out-dir "$o" > "$o/bench.txt" 2>&1
   echo "$name rc=$?"; grep -E "\] region pro|route check" "$o/bench.txt" | cut -c1-240
