@@ -132,7 +132,7 @@ def measure(ctx: Ctx, m: int, rounds: int, replays: int, min_gain: float
         if bad:
             fell.setdefault(_name(s), bad)
         try:  # outputs after fresh x: a call the graph did not run leaves its output wrong
-            exactness.check_replayed(outs, [(x, ctx.weights[layer][op]) for layer, op in steps.where])
+            exactness.check_replayed(outs, steps.operands())
         except exactness.StaleOutputs as e:
             stale.setdefault(_name(s), str(e)[:200])
     steps.release()

@@ -324,5 +324,9 @@ class Steps:
             return fp32
         return step
 
+    def operands(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The (x, w) of each fp32 output of the last step, in order (what an output is checked against)."""
+        return [(self.x, self.weights[layer][name]) for layer, name in self.where]
+
     def release(self) -> None:
         self.where, self.keep = [], []

@@ -148,7 +148,7 @@ def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int, rounds: int) -
             if rec.get("route_check", {}).get("ok", True):  # a failing round's check stays
                 rec["route_check"] = check
         if name != "none":
-            _check_outputs(rec, name, outs, steps.where, x, ctx.weights)
+            _check_outputs(rec, name, outs, steps.operands())
         steps.release()
     rec["rounds_step_us"] = {name: [round(t, 2) for t in ts] for name, ts in times.items()}
     step = {name: statistics.median(ts) for name, ts in times.items()}
@@ -184,11 +184,11 @@ def _serial_check(bench, ctx: Ctx, m: int, modes: dict, rec: dict) -> None:
             rec["suspect"][name] = why + " (a layer)"
 
 
-def _check_outputs(rec: dict, name: str, outs: list, where: list, x: torch.Tensor, weights: list) -> None:
+def _check_outputs(rec: dict, name: str, outs: list, operands: list) -> None:
     """Every fp32 output against float64; the worst over the mode's captures is kept."""
     worst, close = rec["rel_err"].get(name, 0.0), rec["allclose"].get(name, True)
-    for o, (layer, op) in zip(outs, where):
-        r = exactness.measure(o, exactness.reference(x, weights[layer][op]))
+    for o, (x, w) in zip(outs, operands):
+        r = exactness.measure(o, exactness.reference(x, w))
         worst, close = max(worst, r.rel_err), close and r.ok
     rec["rel_err"][name], rec["allclose"][name] = worst, close
 

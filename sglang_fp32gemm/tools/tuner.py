@@ -183,7 +183,7 @@ class Tuner:
         steps = region.Steps(spec, region.plan(spec, schedule), weights, x, streams)
         return Setting(f"region:{spec.name}:{schedule}", region.fp32_calls(spec, n),
                        lambda fn: steps.of(None if fn is None else {n: fn}),
-                       lambda: [(x, weights[layer][name]) for layer, name in steps.where], schedule == "serial")
+                       steps.operands, schedule == "serial")
 
     def rerank(self, m: int, n: int, k: int, x: torch.Tensor, final: list,
                torch_alone_us: Optional[float] = None) -> Optional[tuple[float, list]]:

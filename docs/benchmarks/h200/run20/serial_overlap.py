@@ -85,8 +85,8 @@ for cap, timer in timers.items():
         # x gets fresh values before the last replay: an output the replays did not compute is then wrong
         us, outs = timer.step(steps.of(gemm), 20, refresh=lambda: exactness.refill(x))
         if gemm is not None:
-            worst = max(exactness.measure(o, exactness.reference(x, weights[layer][op])).rel_err
-                        for o, (layer, op) in zip(outs, steps.where))
+            worst = max(exactness.measure(o, exactness.reference(xo, w)).rel_err
+                        for o, (xo, w) in zip(outs, steps.operands()))
             out["exact"][f"{cap}:{name}"] = worst
         steps.release()
         out["timed"][f"{cap}:{name}"] = round(us, 2)
