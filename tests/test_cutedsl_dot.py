@@ -142,3 +142,46 @@ def test_compiled_for_sm90_on_this_cpu_the_w_loads_come_first_and_nothing_is_ato
         assert "griddepcontrol.launch_dependents" in body
     else:
         assert "griddepcontrol" not in body
+
+
+_PAIR_PTX = """
+from sglang_fp32gemm.backends.cutedsl_dot import DotConfig, compile_pair
+compile_pair(DotConfig.parse({name!r}), {n}, {n2}, {k})
+"""
+
+
+@pytest.mark.parametrize("cfg, n, n2, k", [(DotConfig(1, 448, 1, True), 512, 2048, 7168),
+                                           (DotConfig(2, 256, 2, False), 512, 2048, 4096)])
+def test_the_pair_form_is_two_of_the_forms_cta_bodies_in_one_launch(tmp_path, cfg, n, n2, k):
+    """DeepSeek-V4's ratio-4 layers: the indexer's compressor (N=512) and the layer's (N=2048) on the same x.
+    One kernel; the CTA index picks the body at N / rows; each body is the single form's (its W loads, then the
+    wait, then x; the same FMAs); no atomics."""
+    cutedsl_child(_PAIR_PTX.format(name=cfg.name, n=n, n2=n2, k=k), CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx",
+                  CUTE_DSL_DUMP_DIR=str(tmp_path))
+    (ptx,) = tmp_path.glob("*.ptx")
+    text = ptx.read_text()
+    assert text.count(".entry") == 1
+    body = text[text.index(".entry"):]
+    # The one branch on the CTA index: CTAs 0 .. N/rows - 1 take (w, out).
+    assert re.search(rf"setp\.(gt|ge|lt|le)\.[us]32\s+%p\d+, %r\d+, {n // cfg.rows - 1};"
+                     rf"|setp\.(gt|ge|lt|le)\.[us]32\s+%p\d+, %r\d+, {n // cfg.rows};", body), "no branch at N / rows"
+    iters = k // (8 * cfg.threads)
+    loads = [mt.start() for mt in re.finditer(r"ld\.global[.a-z0-9]*\.v4", body)]
+    assert len(loads) == 2 * (cfg.rows * iters + cfg.max_m * iters), len(loads)
+    assert len(re.findall(r"\bfma\.rn\.f32\b", body)) == 2 * cfg.max_m * iters * cfg.rows * 8
+    assert not re.search(r"\b(atom|red)\.", body)
+    if cfg.pdl:
+        waits = [mt.start() for mt in re.finditer(r"griddepcontrol\.wait", body)]
+        assert len(waits) == 2
+        # Each body issues its W loads before its own wait.
+        bodies = [(0, waits[0]), (waits[0], waits[1])]
+        for lo, wait in bodies:
+            assert sum(1 for p in loads if lo <= p < wait) >= cfg.rows * iters
+    else:
+        assert "griddepcontrol" not in body
+
+
+def test_a_pair_the_form_does_not_tile_is_refused_before_compiling():
+    b = CuteDSLDotBackend()
+    with pytest.raises(ValueError, match="rows=4"):
+        b.bind_pair(DotConfig(1, 448, 4, True), torch.device("cpu"), 512, 2046, 7168)

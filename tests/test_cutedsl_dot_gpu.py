@@ -67,3 +67,43 @@ def test_a_misaligned_weight_raises_instead_of_loading_it_misaligned():
     buf = rnd(n * k + 8)
     with pytest.raises(ValueError, match="16-byte aligned"):
         fn(rnd(1, k), buf[1:1 + n * k].view(n, k))
+
+
+@pytest.mark.parametrize("cfg, k", [(DotConfig(1, 448, 1, True), 7168), (DotConfig(2, 448, 2, True), 7168),
+                                    (DotConfig(4, 128, 2, False), 4096)])
+def test_the_pair_form_gives_each_output_the_single_forms_bits(cfg, k):
+    """DeepSeek-V4's ratio-4 pair (N=512 and N=2048 on the same x) in one launch: each output NaN-poisoned
+    first, fp32-exact and bit for bit the single form's call on its own weight, at every M of the form."""
+    ok, why = CuteDSLDotBackend().available()
+    if not ok:
+        pytest.skip(why)
+    n, n2 = 512, 2048
+    pair = CuteDSLDotBackend().bind_pair(cfg, torch.device("cuda"), n, n2, k)
+    single, single2 = bound(cfg, n, k), bound(cfg, n2, k)
+    w, w2 = rnd(n, k), rnd(n2, k)
+    for mm in range(1, cfg.max_m + 1):
+        x = rnd(mm, k)
+        p = torch.full((mm, n + n2), float("nan"), device="cuda")
+        del p  # the caching allocator hands this NaN block to the outputs
+        out, out2 = pair(x, w, w2)
+        check(out, x, w, cfg.threads)
+        check(out2, x, w2, cfg.threads)
+        assert torch.equal(out, single(x, w)) and torch.equal(out2, single2(x, w2))
+
+
+def test_the_pair_form_under_graph_replay_with_pdl_after_the_kernel_that_writes_x():
+    cfg, k = DotConfig(1, 448, 1, True), 7168
+    ok, why = CuteDSLDotBackend().available()
+    if not ok:
+        pytest.skip(why)
+    pair = CuteDSLDotBackend().bind_pair(cfg, torch.device("cuda"), 512, 2048, k)
+    w, w2 = rnd(512, k), rnd(2048, k)
+    got = {}
+
+    def both(x, w_):  # replays_after_the_writer's fn(x, w): the pair, keeping its second output
+        out, got["out2"] = pair(x, w_, w2)
+        return out
+
+    for out, x in replays_after_the_writer(both, w, 1):
+        check(out, x, w, cfg.threads)
+        check(got["out2"], x, w2, cfg.threads)

@@ -414,3 +414,32 @@ def test_a_graph_runs_the_rows_kernel_on_a_stream_whose_eager_calls_the_eager_ta
         g.replay()
         torch.cuda.synchronize()
         check_exact(out, x, w)
+
+
+@pytest.mark.parametrize("cfg", [te.EpochConfig(16, 64, 64, 8, 4, 4), te.EpochConfig(16, 64, 64, 16, 4, 6, pdl=True),
+                                 te.EpochConfig(32, 64, 128, 4, 4, 4)])
+def test_the_pair_form_under_graph_replay_gives_both_products(cfg):
+    """DeepSeek-V4's ratio-4 pair (N=512 and N=2048 on one x) in one launch of the epoch pair kernel, captured
+    and replayed with fresh x each time: both outputs exact (each filled with NaN before each replay)."""
+    n, n2 = 512, 2048
+    fn = te.TritonEpochBackend().bind_pair(cfg, torch.device("cuda"), n, n2, K)
+    w, w2 = torch.randn(n, K, device="cuda").bfloat16(), torch.randn(n2, K, device="cuda").bfloat16()
+    m = 5 if cfg.bm == 16 else 31
+    x = torch.randn(m, K, device="cuda").bfloat16()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn(x, w, w2)  # this stream's flag buffers, outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        out, out2 = fn(x, w, w2)
+    for _ in range(5):
+        x.copy_(torch.randn(m, K, device="cuda").bfloat16())
+        out.fill_(float("nan"))
+        out2.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        for o, ww in ((out, w), (out2, w2)):
+            r = measure(o, reference(x, ww))
+            assert r.finite and r.ok and r.rel_err <= 1e-5, r

@@ -55,6 +55,13 @@ EPOCH_CASES = [
     ((16, 32, 32, 1, 4, 2, True), (17, 64, 64)),
 ]
 BIND_MS = [1, 3, 16, 17, 33]
+# The pair form (one launch, two GEMMs on one x): config, (M, N, N2, K)
+PAIR_CASES = [
+    ((16, 32, 64, 4, 4, 2), (3, 64, 128, 512)),
+    ((16, 64, 64, 1, 4, 2), (17, 64, 192, 256)),     # split 1, two token tiles
+    ((16, 32, 64, 4, 4, 2, True), (1, 32, 96, 512)),  # PDL
+    ((32, 64, 32, 7, 4, 2), (33, 128, 64, 448)),      # odd split, N > N2
+]
 
 _SCRIPT = r'''
 import json, os, sys
@@ -170,6 +177,24 @@ report["bind_epoch"] = {"runs": res, "fast": fn.launcher.fast, "reason": fn.laun
                         "flags": s.scratch[:3 * n_tiles].tolist(),
                         "counters": s.counters[:3 * n_tiles * 4].tolist()}
 
+# -- the pair form: bind_pair on the CPU device -------------------------------------------------------
+pairs = []
+for cfg_t, (m, n, n2, k) in args["pair"]:
+    cfg = E.EpochConfig(*cfg_t)
+    fn = eb.bind_pair(cfg, torch.device("cpu"), n, n2, k)
+    runs = []
+    for i in range(3):  # epochs advance from call to call; fresh inputs each time
+        x = strided(m, k) if i == 1 else bf16(m, k)
+        w, w2 = bf16(n, k), bf16(n2, k)
+        out, out2 = fn(x, w, w2)
+        runs.append({"a": check(out, x, w), "b": check(out2, x, w2)})
+    s = fn.buffers.by_stream[0]
+    tiles = cfg.tiles(m, n + n2)
+    pairs.append({"name": cfg.name, "mnnk": [m, n, n2, k], "runs": runs,
+                  "flags": s.scratch[:tiles].tolist() if cfg.split_k > 1 else [],
+                  "rest": int(s.scratch[tiles:].abs().sum()) + int(s.counters[tiles * cfg.split_k:].abs().sum())})
+report["pair"] = pairs
+
 # -- the fast path's argument marshalling, executed through the interpreter ------------------------
 def from_ptr(ptr, dtype, numel):
     """A CPU tensor over ``numel`` elements at a raw address (shares the memory)."""
@@ -239,7 +264,7 @@ print("REPORT " + json.dumps(report))
 
 
 def _run_script() -> dict:
-    payload = json.dumps({"ticket": TICKET_CASES, "epoch": EPOCH_CASES, "ms": BIND_MS})
+    payload = json.dumps({"ticket": TICKET_CASES, "epoch": EPOCH_CASES, "ms": BIND_MS, "pair": PAIR_CASES})
     proc = run_python(_SCRIPT, payload, env=subprocess_env(TRITON_INTERPRET="1"), timeout=600)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
     assert proc.returncode == 0 and lines, f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
@@ -390,6 +415,32 @@ def test_bound_epoch_fn_advances_epochs_per_tile_row(report):
     rows = [sum(2 for m in BIND_MS if m > 16 * r) for r in range(3)]
     assert b["flags"] == [rows[0]] * 2 + [rows[1]] * 2 + [rows[2]] * 2, b
     assert b["counters"] == [rows[0]] * 8 + [rows[1]] * 8 + [rows[2]] * 8, b
+
+
+# -- the pair form ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("i", range(len(PAIR_CASES)),
+                         ids=[f"bm{c[0]}bn{c[1]}sk{c[3]}{'pdl' if c[6:] else ''}-M{s[0]}N{s[1]}+{s[2]}K{s[3]}"
+                              for c, s in PAIR_CASES])
+@reads_report
+def test_the_pair_form_gives_both_products_exact_over_three_calls(report, i):
+    """One launch, two GEMMs on one x (DeepSeek-V4's ratio-4 pair): each output fp32-exact on every call, the
+    tiles of both on one set of flags, each tile's epoch advanced once a call, nothing past them touched."""
+    c, (m, n, n2, k) = PAIR_CASES[i]
+    r = report["pair"][i]
+    assert r["mnnk"] == [m, n, n2, k], r
+    for j, run in enumerate(r["runs"]):
+        _exact(run["a"], f"call {j}, out")
+        _exact(run["b"], f"call {j}, out2")
+        assert run["a"]["shape"] == [m, n] and run["b"]["shape"] == [m, n2], run
+    if c[3] > 1:
+        assert r["flags"] == [3] * ((n + n2) // c[1] * -(-m // c[0])), r
+    assert r["rest"] == 0, r
+
+
+def test_pair_cases_cover_n_above_and_below_n2_pdl_split_1_and_token_tiles():
+    assert any(s[1] > s[2] for _, s in PAIR_CASES) and any(s[1] < s[2] for _, s in PAIR_CASES)
+    assert any(c[6:] == (True,) for c, _ in PAIR_CASES) and any(c[3] == 1 for c, _ in PAIR_CASES)
+    assert any(-(-s[0] // c[0]) > 1 for c, s in PAIR_CASES)
 
 
 # -- the fast path's marshalling -------------------------------------------------------------------------

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from sglang_fp32gemm.backends.base import OK, Verdict, sm90_or_later
-from sglang_fp32gemm.backends.cutedsl_tvm import VEC, TvmFfiBackend, compile_form
+from sglang_fp32gemm.backends.cutedsl_tvm import VEC, TvmFfiBackend, check_w, compile_form, cuda_device, operand_x
 
 MAX_M = 4                 # the dot product wins only at the smallest M (issue 15)
 ROWS = (1, 2, 4)
@@ -102,6 +102,18 @@ def compile_kernel(cfg: DotConfig, n: int, k: int) -> Any:
     return compile_form(DotKernel(n, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC), cfg, n, k)
 
 
+def compile_pair(cfg: DotConfig, n: int, n2: int, k: int) -> Any:
+    """The TVM-FFI function ``f(x, w, out, w2, out2)``: both products of ``cfg``'s form in one launch."""
+    from sglang_fp32gemm.backends.cutedsl_dot_kernel import DotPairKernel
+
+    kern = DotPairKernel(n, n2, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC)
+    return compile_form(kern, cfg, n, k, n2=n2)
+
+
+#: ``fn(x, w, w2) -> (x @ w^T, x @ w2^T)`` in fp32, one launch.
+PairFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], "tuple[torch.Tensor, torch.Tensor]"]
+
+
 class CuteDSLDotBackend(TvmFfiBackend):
     """Our CuTe-DSL dot-product kernel (M <= 4); serves ``cutedsl`` rows of its name form."""
 
@@ -126,3 +138,27 @@ class CuteDSLDotBackend(TvmFfiBackend):
                 if cfg.check_shape(m, n, k)[0]:
                     out.append(cfg)
         return out
+
+    def bind_pair(self, cfg: DotConfig, device: torch.device, n: int, n2: int, k: int) -> PairFn:
+        """``fn(x, w, w2)``: two GEMMs on the same x in one launch (``DotPairKernel``), each output the bits of
+        this form's own call. Both widths must take the form (``check_shape``)."""
+        for width in (n, n2):
+            ok, why = cfg.check_shape(1, width, k)
+            if not ok:
+                raise ValueError(why)
+        device = cuda_device(device)
+        with torch.cuda.device(device):
+            f = compile_pair(cfg, n, n2, k)
+        f32 = torch.float32
+
+        def fn(x: torch.Tensor, w: torch.Tensor, w2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            check_w(w)
+            check_w(w2)
+            x = operand_x(x, k)
+            m = x.shape[0]
+            out, out2 = torch.empty(m, n, dtype=f32, device=device), torch.empty(m, n2, dtype=f32, device=device)
+            f(x, w, out, w2, out2)
+            return out, out2
+
+        fn.compiled = f  # type: ignore[attr-defined]
+        return fn

@@ -50,11 +50,15 @@ class DotKernel:
 
     @cute.kernel
     def kernel(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor):
-        tid, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
+        self.rows_of(x, w, out, bid * self.rows)
+
+    @cute.jit
+    def rows_of(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor, row0: cutlass.Int32):
+        """The CTA's ``rows`` rows of ``w`` from ``row0``: out[:, row0:row0 + rows]."""
+        tid, _, _ = cute.arch.thread_idx()
         rows, iters, max_m, threads, warps, vec = self.rows, self.iters, self.max_m, self.threads, self.warps, self.vec
         m_run = x.shape[0]
-        row0 = bid * rows
 
         # 1. Every W vector this thread reads, into registers, before anything waits.
         wr = []
@@ -109,3 +113,35 @@ class DotKernel:
                 for q in cutlass.range_constexpr(warps):
                     total = total + red[tid, q]
                 out[mm, row0 + tid // max_m] = total
+
+
+class DotPairKernel(DotKernel):
+    """Two GEMMs on the same x in one launch: out[M, N] = x @ w^T and out2[M, N2] = x @ w2^T (DeepSeek-V4's
+    ratio-4 layers: the indexer's compressor, N=512, and the layer's, N=2048). The first N / rows CTAs are
+    ``DotKernel``'s CTAs on (w, out), the rest the same CTAs on (w2, out2): each output's bits are those of a
+    ``DotKernel`` call of the same form, and one launch pays one launch's fixed cost for both."""
+
+    def __init__(self, n: int, n2: int, k: int, threads: int, rows: int, max_m: int, pdl: bool, vec: int) -> None:
+        if n2 <= 0 or n2 % rows:
+            raise ValueError(f"rows={rows} does not tile N2={n2}")
+        super().__init__(n, k, threads, rows, max_m, pdl, vec)
+        self.n2 = n2
+        self.first = n // rows                    # the CTAs on (w, out)
+        self.grid = (self.first + n2 // rows, 1, 1)
+
+    @cute.jit
+    def __call__(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor, w2: cute.Tensor, out2: cute.Tensor,
+                 stream):
+        slots = self.rows * self.max_m
+        self.kernel(x, w, out, w2, out2).launch(
+            grid=self.grid, block=(self.threads, 1, 1),
+            smem=slots * self.warps * 4 + 16, stream=stream, use_pdl=self.pdl,
+        )
+
+    @cute.kernel
+    def kernel(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor, w2: cute.Tensor, out2: cute.Tensor):
+        bid, _, _ = cute.arch.block_idx()
+        if bid < self.first:
+            self.rows_of(x, w, out, bid * self.rows)
+        else:
+            self.rows_of(x, w2, out2, (bid - self.first) * self.rows)

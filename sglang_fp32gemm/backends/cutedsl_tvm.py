@@ -21,21 +21,27 @@ from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, Verdict, file_s
 VEC = 8  # bf16 per 16-byte load
 
 
-def compile_form(kern: Any, cfg: Any, n: int, k: int) -> Any:
+def compile_form(kern: Any, cfg: Any, n: int, k: int, n2: int = 0) -> Any:
     """The TVM-FFI function ``f(x, w, out)`` of the ``cute.jit`` callable ``kern`` (made for ``cfg``) for (N, K),
     compiled on fake tensors: x any 16-byte-aligned row stride, M symbolic; w and out packed. The kernel must
-    launch the CTAs its config says (``cfg.ctas``, what the tuner reads)."""
-    if math.prod(kern.grid) != cfg.ctas(n):
-        raise AssertionError(f"{cfg.name}: the kernel launches {kern.grid}, the config says {cfg.ctas(n)} CTAs")
+    launch the CTAs its config says (``cfg.ctas``, what the tuner reads). With ``n2``: ``f(x, w, out, w2, out2)``,
+    a pair kernel that also writes out2[M, N2] = x @ w2^T in the same launch."""
+    if math.prod(kern.grid) != cfg.ctas(n) + (cfg.ctas(n2) if n2 else 0):
+        raise AssertionError(f"{cfg.name}: the kernel launches {kern.grid}, the config says "
+                             f"{cfg.ctas(n)}{f' + {cfg.ctas(n2)}' if n2 else ''} CTAs")
     import cutlass
     import cutlass.cute as cute
 
     fake = cute.runtime.make_fake_tensor
     x = fake(cutlass.BFloat16, (cute.sym_int(), k), stride=(cute.sym_int64(divisibility=VEC), 1), assumed_align=16)
-    w = fake(cutlass.BFloat16, (n, k), stride=(k, 1), assumed_align=16)
-    out = fake(cutlass.Float32, (cute.sym_int(), n), stride=(n, 1), assumed_align=16)
+
+    def operands(width: int) -> tuple:
+        return (fake(cutlass.BFloat16, (width, k), stride=(k, 1), assumed_align=16),
+                fake(cutlass.Float32, (cute.sym_int(), width), stride=(width, 1), assumed_align=16))
+
     stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
-    return cute.compile(kern, x, w, out, stream, options="--enable-tvm-ffi")
+    extra = operands(n2) if n2 else ()
+    return cute.compile(kern, x, *operands(n), *extra, stream, options="--enable-tvm-ffi")
 
 
 class TvmFfiBackend(Backend):
@@ -89,29 +95,41 @@ class TvmFfiBackend(Backend):
         ok, why = cfg.check_shape(1, n, k)
         if not ok:
             raise ValueError(why)
-        device = torch.device(device)
-        if device.type != "cuda":
-            raise RuntimeError(f"device {device} is not CUDA")
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
+        device = cuda_device(device)
         with torch.cuda.device(device):
             f = self.compile(cfg, n, k)
         f32 = torch.float32
 
         def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-            m = x.shape[0]
-            if w.data_ptr() & 15:
-                # A weight is the same tensor on every call: the router disables the kernel (one warning).
-                raise ValueError("w is not 16-byte aligned (the compiled form loads it 16 bytes at a time)")
-            if x.stride()[0] % VEC or x.data_ptr() & 15:
-                # The compiled form takes 16-byte aligned rows: one row restrided, else a copy (small M).
-                if m == 1 and not x.data_ptr() & 15:
-                    x = x.as_strided((1, k), (k, 1))
-                else:
-                    x = x.clone(memory_format=torch.contiguous_format)
-            out = torch.empty(m, n, dtype=f32, device=device)  # sizes as arguments: parsed faster (triton_base)
+            check_w(w)
+            x = operand_x(x, k)
+            out = torch.empty(x.shape[0], n, dtype=f32, device=device)  # sizes as arguments: parsed faster
             f(x, w, out)
             return out
 
         fn.compiled = f  # type: ignore[attr-defined]
         return fn
+
+
+def cuda_device(device: Any) -> torch.device:
+    """``device`` with its index (the current one where it names none); raises if it is not CUDA."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise RuntimeError(f"device {device} is not CUDA")
+    return torch.device("cuda", torch.cuda.current_device()) if device.index is None else device
+
+
+def check_w(w: torch.Tensor) -> None:
+    """Raises where ``w`` is not 16-byte aligned (a weight is the same tensor on every call: the router then
+    disables the kernel, one warning)."""
+    if w.data_ptr() & 15:
+        raise ValueError("w is not 16-byte aligned (the compiled form loads it 16 bytes at a time)")
+
+
+def operand_x(x: torch.Tensor, k: int) -> torch.Tensor:
+    """``x`` as the compiled forms take it: 16-byte aligned rows (one row restrided, else a copy: small M)."""
+    if x.stride()[0] % VEC or x.data_ptr() & 15:
+        if x.shape[0] == 1 and not x.data_ptr() & 15:
+            return x.as_strided((1, k), (k, 1))
+        return x.clone(memory_format=torch.contiguous_format)
+    return x

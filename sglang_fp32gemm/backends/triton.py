@@ -10,6 +10,7 @@ config, the flag/counter buffers (per bound kernel and stream, sized for
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from typing import Callable, ClassVar
@@ -23,13 +24,18 @@ from sglang_fp32gemm.backends.triton_base import (
     StreamBuffers,
     TileConfig,
     TritonBackend,
+    bind_device,
     fits_smem,
     launch_once,
     split_plans,
     with_pdl,
 )
+from sglang_fp32gemm.backends.triton_launch import BoundKernel, raw_stream_getter
 
 logger = logging.getLogger(__name__)
+
+#: ``fn(x, w, w2) -> (x @ w^T, x @ w2^T)`` in fp32, one launch (``bind_pair``).
+PairFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], "tuple[torch.Tensor, torch.Tensor]"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +131,43 @@ class TritonEpochBackend(TritonBackend):
             return n_tiles * ((m + bm - 1) // bm) * sk, 1, 1, slots, n_cnt
 
         return plan
+
+    def bind_pair(self, cfg: EpochConfig, device: torch.device, n: int, n2: int, k: int) -> PairFn:
+        """``fn(x, w, w2) -> (x @ w^T, x @ w2^T)``, fp32, one launch of ``epoch_pair_fp32_kernel`` (each tile as
+        this config's single kernel computes it). Launched the ordinary way (``kernel[grid]``: Triton's host
+        cost, about 21 us a call), so for captured calls: the bench's pair column."""
+        device = bind_device(cfg, device, k, n, n2)
+        on_cuda = device.type == "cuda"
+        f32, bf16, i32 = torch.float32, torch.bfloat16, torch.int32
+        specimen = (bf16, bf16, f32, bf16, f32, i32, i32, 1, n, n2, k, k, k, n, n2)
+        kern = BoundKernel(self.get_pair_kernel(), device, specimen, cfg.constexprs(k, upcast=not on_cuda),
+                           cfg.options(on_cuda), try_fast=False)
+        plan = self.plan(cfg, n + n2)
+        pool = self.buffers(cfg, device, n + n2)
+        idx = device.index
+        get_stream = raw_stream_getter() if on_cuda else (lambda i: 0)
+        on_device = (lambda: torch.cuda.device(device)) if on_cuda else contextlib.nullcontext
+
+        def fn(x: torch.Tensor, w: torch.Tensor, w2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            m = x.shape[0]
+            if w.stride(0) != w2.stride(0):
+                raise ValueError(f"w and w2 row strides differ ({w.stride(0)}, {w2.stride(0)}): the kernel takes one")
+            gx, gy, gz, need_s, need_c = plan(m)
+            out, out2 = torch.empty(m, n, dtype=f32, device=device), torch.empty(m, n2, dtype=f32, device=device)
+            with on_device():
+                b = pool.get(get_stream(idx), need_s, need_c)
+                kern.slow((gx, gy, gz), x, w, out, w2, out2, b.scratch, b.counters, m, n, n2, k,
+                          x.stride(0), w.stride(0), out.stride(0), out2.stride(0))
+            return out, out2
+
+        fn.buffers = pool  # type: ignore[attr-defined]
+        return fn
+
+    @staticmethod
+    def get_pair_kernel():
+        from sglang_fp32gemm.backends import triton_kernels
+
+        return triton_kernels.epoch_pair_fp32_kernel
 
     def buffers(self, cfg: EpochConfig, device: torch.device, n: int) -> StreamBuffers:
         # Per bound kernel: the counters carry this tiling's epochs from call to call.

@@ -226,6 +226,19 @@ class StreamBuffers:
             return new
 
 
+def bind_device(cfg: TileConfig, device: Any, k: int, *widths: int) -> torch.device:
+    """``device`` to bind on (a CUDA device without an index: the current one), once ``cfg`` takes every width
+    at (M=1, K); ValueError saying why not."""
+    for n in widths:
+        ok, why = cfg.check_shape(1, n, k)
+        if not ok:
+            raise ValueError(why)
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 class TritonBackend(Backend):
     """The part of a Triton split-K backend that does not depend on its kernel.
 
@@ -290,13 +303,8 @@ class TritonBackend(Backend):
     # -- bind --------------------------------------------------------------------------------------
     def bind(self, cfg: TileConfig, device: torch.device, n: int, k: int) -> KernelFn:
         """Compile once for (cfg, device, N, K) and return the hot-path ``fn(x, w)``."""
-        ok, why = cfg.check_shape(1, n, k)
-        if not ok:
-            raise ValueError(why)
-        device = torch.device(device)
+        device = bind_device(cfg, device, k, n)
         on_cuda = device.type == "cuda"
-        if on_cuda and device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
         idx = device.index
         kern = BoundKernel(self.get_kernel(), device, self.specimen(n, k), cfg.constexprs(k, upcast=not on_cuda),
                            cfg.options(on_cuda), try_fast=on_cuda)

@@ -102,7 +102,46 @@ def epoch_splitk_fp32_kernel(
     n_tiles = N // BN
     tile_m = tile // n_tiles
     tile_n = tile - tile_m * n_tiles
+    epoch_tile(x_ptr, w_ptr, out_ptr, flag_ptr, cnt_ptr, M, stride_xm, stride_wn, stride_om,
+               split, tile, tile_m, tile_n, BM, BN, BK, SPLIT_K, K_ITERS, UPCAST, PDL)
 
+
+# One launch for two GEMMs on the same x: out = x @ w^T [M, N] and out2 = x @ w2^T [M, N2].
+@triton.jit(do_not_specialize=["M"])
+def epoch_pair_fp32_kernel(
+    x_ptr, w_ptr, out_ptr, w2_ptr, out2_ptr, flag_ptr, cnt_ptr,
+    M, N, N2, K,
+    stride_xm, stride_wn, stride_om, stride_om2,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    SPLIT_K: tl.constexpr, K_ITERS: tl.constexpr,
+    UPCAST: tl.constexpr, PDL: tl.constexpr,
+):
+    """The ``triton`` backend's pair form: the tiles of N + N2 W rows in ``epoch_splitk_fp32_kernel``'s order,
+    the first N // BN of each row of tiles on (w, out), the rest on (w2, out2); each tile's sums are those of
+    the single kernel's tile."""
+    pid = tl.program_id(0)
+    tiles = tl.num_programs(0) // SPLIT_K
+    split = pid // tiles
+    tile = pid - split * tiles
+    n_tiles = N // BN
+    n_all = n_tiles + N2 // BN
+    tile_m = tile // n_all
+    tile_n = tile - tile_m * n_all
+    if tile_n < n_tiles:
+        epoch_tile(x_ptr, w_ptr, out_ptr, flag_ptr, cnt_ptr, M, stride_xm, stride_wn, stride_om,
+                   split, tile, tile_m, tile_n, BM, BN, BK, SPLIT_K, K_ITERS, UPCAST, PDL)
+    else:
+        epoch_tile(x_ptr, w2_ptr, out2_ptr, flag_ptr, cnt_ptr, M, stride_xm, stride_wn, stride_om2,
+                   split, tile, tile_m, tile_n - n_tiles, BM, BN, BK, SPLIT_K, K_ITERS, UPCAST, PDL)
+
+
+@triton.jit
+def epoch_tile(x_ptr, w_ptr, out_ptr, flag_ptr, cnt_ptr, M, stride_xm, stride_wn, stride_om,
+               split, tile, tile_m, tile_n,
+               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
+               K_ITERS: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr):
+    """One program of the epoch kernels: split ``split`` of tile (``tile_m``, ``tile_n``) of out; ``tile``
+    indexes its flag and counters."""
     offs_n = tile_n * BN + tl.arange(0, BN)   # W rows: the MMA's M side
     offs_m = tile_m * BM + tl.arange(0, BM)   # tokens: the MMA's N side
     offs_k = tl.arange(0, BK)
