@@ -141,6 +141,47 @@ def test_eager_run_catches_a_rounded_gemm_and_leaves_gemms_out_with_none():
     assert fp32 == [] and where == [] and any(t is holders[128] for t in keep)
 
 
+def _counting_pair(calls):
+    def pair(x, w1, w2):
+        calls.append((w1.shape[0], w2.shape[0]))
+        return torch_ref.mm_fp32(x, w1), torch_ref.mm_fp32(x, w2)
+    return pair
+
+
+def test_a_pair_entry_makes_each_serial_ratio4_layer_one_call_with_both_outputs_exact():
+    spec = region.MODELS["tiny"]
+    weights = region.make_weights(spec, "cpu")
+    x = exactness.random_bf16(2, spec.hidden)
+    calls = []
+    gemm = {n: torch_ref.mm_fp32 for n, _ in region.fp32_shapes(spec)}
+    gemm["pair"] = _counting_pair(calls)
+    plans = region.plan(spec, "serial")
+    fp32, where, _ = region.run_layers(plans, weights, x, gemm, region.Streams("cpu"))
+    # tiny's layer 2 is its one ratio-4 layer: one pair call for its two GEMMs, the others alone.
+    assert region.pairs(plans) == 1 and calls == [(region.indexer_compressor_n(spec), region.compressor_n(spec, 4))]
+    assert where == [(1, "compressor.wkv_gate"), (2, "indexer.compressor.wkv_gate"), (2, "compressor.wkv_gate")]
+    for out, (layer, name) in zip(fp32, where):
+        assert exactness.measure(out, exactness.reference(x, weights[layer][name])).ok
+    # A layer whose second GEMM reads the first's output cannot take the pair: its x is not there yet.
+    steps = list(plans[2])
+    i = next(j for j, s in enumerate(steps) if s.name == region.PAIR[1])
+    steps[i] = steps[i]._replace(src=region.PAIR[0])
+    assert region.paired(plans[2]) and not region.paired(steps)
+
+
+def test_overlapped_layers_put_the_pair_on_two_streams_and_never_fuse_it():
+    spec = region.MODELS["pro"]
+    plans = region.plan(spec, "overlapped")
+    assert region.pairs(plans) == 0 and region.pairs(region.plan(spec, "serial")) == spec.compress_ratios.count(4)
+    tiny = region.MODELS["tiny"]
+    calls = []
+    gemm = {n: torch_ref.mm_fp32 for n, _ in region.fp32_shapes(tiny)}
+    gemm["pair"] = _counting_pair(calls)
+    region.run_layers(region.plan(tiny, "overlapped"), region.make_weights(tiny, "cpu"),
+                      exactness.random_bf16(1, tiny.hidden), gemm, region.Streams("cpu"))
+    assert calls == []
+
+
 # -- the bench mode ---------------------------------------------------------------------------------
 class ColumnFake(ExactFake):
     def candidates(self, m, n, k):
@@ -202,6 +243,68 @@ def test_bench_region_on_cpu_times_every_mode_and_checks_the_routes(tmp_path, ca
     assert timer.steps == 4 * 3 * 4  # 4 rows, 3 rounds of none, torch, routed, col
     assert (out / "bench_region.md").read_text().startswith("# Region")
     assert "route check: 4/4" in capsys.readouterr().out
+
+
+class PairFake(ColumnFake):
+    """ColumnFake with a pair form (``bind_pair``, as ``cutedsl-dot`` has) that takes M=1 only."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.pair_binds, self.pair_calls = [], 0
+
+    def supports(self, cfg, m, n, k):
+        return (True, "ok") if m == 1 else (False, f"M={m}: the pair form takes M=1")
+
+    def bind_pair(self, cfg, device, n, n2, k):
+        self.pair_binds.append((n, n2, k))
+
+        def pair(x, w, w2):
+            self.pair_calls += 1
+            return torch_ref.mm_fp32(x, w), torch_ref.mm_fp32(x, w2)
+        return pair
+
+
+def test_serial_rows_time_the_routed_column_with_each_ratio4_pair_as_one_launch(tmp_path, fake_router):
+    from sglang_fp32gemm.tools.region_bench import PAIRED
+
+    spec = region.MODELS["tiny"]
+    n1, n2 = region.pair_widths(spec)
+    pf = PairFake(name="col")
+    argv = ["--region", "--region-model", "tiny", "--region-m", "1,2", "--region-rounds", "1",
+            "--out-dir", str(tmp_path)]
+    assert bench.main(argv, backends=[pf], device=torch.device("cpu"), timer=StepTimer()) == 0
+    rs = {(r["M"], r["schedule"]): r for r in json.load(open(tmp_path / "bench_region.json"))["results"]}
+    r = rs[(1, "serial")]
+    assert PAIRED in r["step_us"] and r["allclose"][PAIRED] and r["rel_err"][PAIRED] <= exactness.REL_TOL
+    assert pf.pair_binds == [(n1, n2, spec.hidden)]
+    assert r["kernel"][PAIRED]["pair"].startswith(f"col {FAKE_KERNEL} (first candidate at N={n1 + n2})")
+    # Timed alone: the pair's call, and the calls it does not cover (tiny's ratio-128 layer's N=64).
+    assert set(r["isolated_us"][PAIRED]) == {"pair", "64"}
+    assert r["isolated_per_layer_us"][PAIRED] == pytest.approx((1.0 + 1.0) / spec.layers, abs=1e-3)
+    # Warm-up and capture: one pair call each for tiny's one ratio-4 layer; then its alone timing.
+    assert pf.pair_calls >= 2
+    # Overlapped rows put the two GEMMs on two streams: no pair column; at M=2 the form does not take the shape.
+    assert PAIRED not in rs[(1, "overlapped")]["step_us"] and PAIRED not in rs[(1, "overlapped")]["note"]
+    assert PAIRED not in rs[(2, "serial")]["step_us"] and "no candidate" in rs[(2, "serial")]["note"][PAIRED]
+
+
+def test_the_pair_column_takes_the_serial_tables_row_at_the_joined_width_where_its_backend_has_a_pair_form(
+        tmp_path, monkeypatch):
+    spec = region.MODELS["tiny"]
+    n1, n2 = region.pair_widths(spec)
+    routed = PairFake(name="fake")
+    shapes = [(1, n, k) for n, k in region.fp32_shapes(spec)] + [(1, n1 + n2, spec.hidden)]
+    monkeypatch.setattr(routing, "build_router", lambda: make_router([routed], shapes=shapes))
+    other = PairFake(name="col")
+    argv = ["--region", "--region-model", "tiny", "--region-m", "1", "--region-schedule", "serial",
+            "--region-rounds", "1", "--out-dir", str(tmp_path)]
+    assert bench.main(argv, backends=[other], device=torch.device("cpu"), timer=StepTimer()) == 0
+    from sglang_fp32gemm.tools.region_bench import PAIRED
+
+    r = json.load(open(tmp_path / "bench_region.json"))["results"][0]
+    assert r["kernel"][PAIRED]["pair"].startswith(f"fake {FAKE_KERNEL} (the serial table's row at N={n1 + n2})")
+    assert routed.pair_binds == [(n1, n2, spec.hidden)] and other.pair_binds == []
+    assert r["allclose"][PAIRED]
 
 
 class SlowCaptureTimer(StepTimer):
@@ -291,11 +394,11 @@ def test_bench_region_leaves_a_mode_that_raises_out_of_the_later_rounds(tmp_path
 
     real = region_bench._fp32_modes
 
-    def with_a_broken_column(bench_, ctx, m, rec):
+    def with_a_broken_column(bench_, ctx, m, schedule, rec):
         def broken(x, w):
             raise RuntimeError("kernel fault")
 
-        return {**real(bench_, ctx, m, rec), "broken": {n: broken for n, _ in region.fp32_shapes(ctx.spec)}}
+        return {**real(bench_, ctx, m, schedule, rec), "broken": {n: broken for n, _ in region.fp32_shapes(ctx.spec)}}
 
     monkeypatch.setattr(region_bench, "_fp32_modes", with_a_broken_column)
     timer = StepTimer()

@@ -36,6 +36,7 @@ class Bench:
         #: vLLM's ll_bf16 at its best config of a sweep (tools/vllm_peer.py), or None and why not.
         self.peer, self.peer_why = vllm_peer.load(torch.device(device)) if peer else (None, "not asked")
         self.binds = common.BindCache()
+        self._pairs: dict = {}
         self.torch_fn = timing.torch_fn(device)
         self.backends = []
         self.unavailable = {}
@@ -76,6 +77,40 @@ class Bench:
                 continue
             cols.append((name, fn, kernel, source))
         return cols, notes
+
+    def pair_fn(self, m: int, n: int, n2: int, k: int) -> tuple[Optional[Callable], str]:
+        """(fn(x, w, w2) -> (out, out2), "kernel (source)"): one launch for two GEMMs on the same x, by a backend's
+        pair form (``bind_pair``). First the kernel of the serial table's row at the joined width N + N2 (what a
+        routed call of that width takes outside the multi-stream region) where its backend has a pair form, else
+        the first available backend with one: its tuned config at N + N2, else at N2 (the larger part), else its
+        first candidate. (None, why not) where none takes both widths."""
+        from sglang_fp32gemm import routing
+
+        router = routing.get_router()
+        dev = torch.device(self.device)
+        p = router.plan(router.route_tables()[-1].device_key_of(dev), m, n + n2, k, serial=True)
+        offers = []
+        if p.backend is not None and hasattr(p.backend, "bind_pair"):
+            offers.append((p.backend, p.cfg, p.backend.kernel_name(p.cfg), f"the serial table's row at N={n + n2}"))
+        for b in self.backends:
+            if hasattr(b, "bind_pair"):
+                picks = [(width, *self.picks.choose(b, m, width, k)) for width in (n + n2, n2)]
+                width, cfg, kernel, source = next((q for q in picks if q[3].startswith("tuned")), picks[0])
+                offers.append((b, cfg, kernel, source if cfg is None else f"{source} at N={width}"))
+        why = "no available backend has a pair form"
+        for b, cfg, kernel, source in offers:
+            if cfg is None or not all(b.supports(cfg, m, part, k)[0] for part in (n, n2)):
+                why = f"{b.name}: {source if cfg is None else f'{kernel} does not take N={n} and N={n2}'}"
+                continue
+            key = (b.name, cfg, n, n2, k)
+            try:
+                if key not in self._pairs:
+                    self._pairs[key] = b.bind_pair(cfg, self.device, n, n2, k)
+            except Exception as e:
+                why = f"{b.name}: bind_pair() raised {type(e).__name__}: {str(e)[:200]}"
+                continue
+            return self._pairs[key], f"{b.name} {kernel} ({source}), one launch for N={n} and N={n2}"
+        return None, why
 
     def _time(self, fn, x, weights, notes: dict, name: str) -> Optional[float]:
         try:

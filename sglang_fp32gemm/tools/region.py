@@ -56,6 +56,9 @@ SCHEDULES = ("overlapped", "serial")
 MULTI_STREAM_BS_LIMIT_HOPPER, MULTI_STREAM_BS_LIMIT_BLACKWELL = 64, 128
 
 GEMM_BF16, GEMM_FP32, POINTWISE = "gemm_bf16", "gemm_fp32", "pointwise"
+#: The two fp32 GEMMs of a ratio-4 layer, both on x: the indexer's compressor's (N=512) and the layer's.
+#: A ``gemm`` with a ``PAIR`` entry issues both in one call where they share a stream (the serial schedule).
+PAIR = ("indexer.compressor.wkv_gate", "compressor.wkv_gate")
 WAIT_STREAM, RECORD, WAIT_EVENT = "wait_stream", "record", "wait_event"
 
 
@@ -123,6 +126,11 @@ def compressor_n(spec: ModelSpec, ratio: int) -> int:
 
 def indexer_compressor_n(spec: ModelSpec) -> int:
     return 2 * 2 * spec.index_head_dim  # the indexer's compressor is always ratio 4
+
+
+def pair_widths(spec: ModelSpec) -> tuple[int, int]:
+    """The N of each ``PAIR`` GEMM."""
+    return indexer_compressor_n(spec), compressor_n(spec, 4)
 
 
 def layer_plan(spec: ModelSpec, layer: int, schedule: str) -> list[Step]:
@@ -255,7 +263,23 @@ class Streams:
                 self.s[step.stream].wait_event(self.events[step.name])
 
 
-Gemm = Optional[dict[int, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]]
+#: {N: fn(x, w)}, and optionally {"pair": fn(x, w1, w2) -> (out1, out2)} for the layers' ``PAIR``s.
+Gemm = Optional[dict]
+
+
+def paired(steps: Sequence[Step]) -> bool:
+    """Whether a layer's ``PAIR`` GEMMs can be one call: both there, in that order, on one stream, on the same
+    input."""
+    names = [s.name for s in steps]
+    if not all(n in names for n in PAIR) or names.index(PAIR[0]) > names.index(PAIR[1]):
+        return False
+    a, b = steps[names.index(PAIR[0])], steps[names.index(PAIR[1])]
+    return a.stream == b.stream and a.src == b.src and a.cols == b.cols
+
+
+def pairs(plans: Sequence[Sequence[Step]]) -> int:
+    """How many layers of ``plans`` a ``PAIR`` entry serves."""
+    return sum(1 for steps in plans if paired(steps))
 
 
 def layer_mark(steps: Sequence[Step]):
@@ -275,12 +299,16 @@ def run_layers(plans: Sequence[Sequence[Step]], weights: Sequence[dict[str, torc
     The caller keeps the third list alive until a graph capture ends, so that no block is
     freed and reused while another stream may still read it. The fp32 GEMMs whose N ``gemm``
     lacks (all of them when it is None) are left out and their consumers read
-    ``placeholders[N]`` (preallocated fp32 [M, N]).
+    ``placeholders[N]`` (preallocated fp32 [M, N]). With ``gemm["pair"]``, a layer's ``PAIR``
+    is one call where ``paired``, made at the first GEMM's step; the second's output is its.
     """
     bound = streams.bind()
     fp32, where, keep = [], [], []
+    pair = gemm.get("pair") if gemm is not None else None
     for layer, (steps, w) in enumerate(zip(plans, weights)):
         t = {"x": x}
+        ahead = {}  # the second output of this layer's pair call
+        fuse = pair is not None and paired(steps)
         with layer_mark(steps):
             for s in steps:
                 if s.kind in (WAIT_STREAM, RECORD, WAIT_EVENT):
@@ -291,10 +319,17 @@ def run_layers(plans: Sequence[Sequence[Step]], weights: Sequence[dict[str, torc
                     if s.kind == GEMM_BF16:
                         out = F.linear(src, w[s.name])
                     elif s.kind == GEMM_FP32:
-                        if gemm is None or s.n not in gemm:
+                        if fuse and s.name == PAIR[0]:
+                            out, ahead[PAIR[1]] = pair(src, w[PAIR[0]], w[PAIR[1]])
+                        elif s.name in ahead:
+                            out = ahead.pop(s.name)
+                        elif gemm is not None and s.n in gemm:
+                            out = gemm[s.n](src, w[s.name])
+                        else:
+                            out = None
+                        if out is None:
                             out = placeholders[s.n]
                         else:
-                            out = gemm[s.n](src, w[s.name])
                             fp32.append(out)
                             where.append((layer, s.name))
                     else:

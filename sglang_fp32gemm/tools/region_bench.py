@@ -14,6 +14,9 @@ table names for its shape (``route_check``). Before the last replay of each capt
 values (``refresh``), so that the check also shows that every captured kernel ran in the replays.
 In the serial schedule (one stream) each column's calls are also timed alone at every fp32 shape:
 a column that adds much less than their sum (``timing.one_stream_suspect``) is marked ``suspect``.
+Serial rows also time ``routed+pair`` where a backend's pair form takes the shape: the routed column
+with each ratio-4 layer's two fp32 GEMMs one launch (``region.PAIR``, ``Bench.pair_fn``); a candidate
+measured, not the plugin's route.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from sglang_fp32gemm.tools import region, timing
 from sglang_fp32gemm.tools.bench_measure import PEER
 
 DEFAULT_M = "1,2,4,8,16,32,64"
+#: The routed column with each ratio-4 layer's ``region.PAIR`` one launch of a pair form (serial rows).
+PAIRED = "routed+pair"
 
 
 @dataclasses.dataclass
@@ -56,10 +61,18 @@ def spec_info(spec: region.ModelSpec) -> dict:
             "swa": r.count(0), "fp32_shapes": region.fp32_shapes(spec), "fp32_calls": region.fp32_calls(spec)}
 
 
-def _fp32_modes(bench, ctx: Ctx, m: int, rec: dict) -> dict[str, Any]:
+def _fp32_modes(bench, ctx: Ctx, m: int, schedule: str, rec: dict) -> dict[str, Any]:
     shapes = region.fp32_shapes(ctx.spec)
     modes: dict[str, Any] = {"none": None, "torch": {n: bench.torch_fn for n, _ in shapes},
                              "routed": {n: bench.routed for n, _ in shapes}}
+    if region.pairs(ctx.plans[schedule]):
+        n1, n2 = region.pair_widths(ctx.spec)
+        fn, what = bench.pair_fn(m, n1, n2, ctx.spec.hidden)
+        if fn is None:
+            rec["note"][PAIRED] = what
+        else:
+            modes[PAIRED] = {**modes["routed"], "pair": fn}
+            rec["kernel"][PAIRED] = {"pair": what, "other": "routed"}
     cols: dict[str, dict] = collections.defaultdict(dict)
     for n, k in shapes:
         found, notes = bench.columns(m, n, k)
@@ -77,9 +90,7 @@ def _fp32_modes(bench, ctx: Ctx, m: int, rec: dict) -> dict[str, Any]:
         return modes
     fns = {}
     for n, k in shapes:
-        if n not in ctx.sweep_weights:
-            ctx.sweep_weights[n] = bench.timer.weights(n, k, bench.device)
-        cfg, fn = bench.peer_fn(m, n, k, ctx.sweep_weights[n], rec)
+        cfg, fn = bench.peer_fn(m, n, k, _sweep_weights(bench, ctx, n, k), rec)
         if fn is None:
             return modes
         fns[n] = fn
@@ -126,7 +137,8 @@ def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int, rounds: int) -
                            "add_per_layer_us": {}, "rel_err": {}, "allclose": {}, "kernel": {}, "note": {}}
     if schedule == "overlapped" and region.schedule_for(m, bench.device) == "serial":
         rec["note"]["schedule"] = f"SGLang runs M={m} serially on this device (above its multi-stream limit)"
-    modes = {name: gemm for name, gemm in _fp32_modes(bench, ctx, m, rec).items() if name == "none" or gemm}
+    modes = {name: gemm for name, gemm in _fp32_modes(bench, ctx, m, schedule, rec).items()
+             if name == "none" or gemm}
     steps = region.Steps(spec, ctx.plans[schedule], ctx.weights, x, ctx.streams)
     times: dict[str, list[float]] = {name: [] for name in modes}
     router = routing.get_router()
@@ -161,27 +173,41 @@ def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int, rounds: int) -
 
 
 def _serial_check(bench, ctx: Ctx, m: int, modes: dict, rec: dict) -> None:
-    """Each column's calls timed alone at each fp32 shape (``isolated_us``), their sum per layer
-    (``isolated_per_layer_us``), and the columns that added much less than it (``suspect``)."""
+    """Each column's calls timed alone at each fp32 shape (``isolated_us``; a pair form's call at N1+N2), their
+    sum per layer (``isolated_per_layer_us``), and the columns that added much less than it (``suspect``)."""
     spec = ctx.spec
     x = exactness.random_bf16(m, spec.hidden, device=bench.device)
     rec.update(isolated_us={}, isolated_per_layer_us={}, suspect={})
+    n1, n2 = region.pair_widths(spec)
+    pairs = region.pairs(ctx.plans["serial"])
     for name, gemm in modes.items():
-        per: dict[int, float] = {}
+        fused = pairs if "pair" in gemm else 0
+        calls = {n: region.fp32_calls(spec, n) - (fused if n in (n1, n2) else 0) for n, _ in region.fp32_shapes(spec)}
+        per: dict[Any, float] = {}
         try:
             for n, k in region.fp32_shapes(spec):
-                if n not in ctx.sweep_weights:
-                    ctx.sweep_weights[n] = bench.timer.weights(n, k, bench.device)
-                per[n] = bench.timer.per_call(gemm[n], x, ctx.sweep_weights[n])
+                if calls[n]:
+                    per[n] = bench.timer.per_call(gemm[n], x, _sweep_weights(bench, ctx, n, k))
+            if fused:
+                pair = gemm["pair"]
+                per["pair"] = bench.timer.per_call(lambda a, w: pair(a, w[:n1], w[n1:]), x,
+                                                   _sweep_weights(bench, ctx, n1 + n2, spec.hidden))
         except Exception as e:  # the check is a note; the row's times stand
             rec["note"][f"{name} alone"] = f"raised {type(e).__name__}: {str(e)[:200]}"
             continue
-        total = sum(region.fp32_calls(spec, n) * us for n, us in per.items()) / spec.layers
+        total = (sum(calls[n] * us for n, us in per.items() if n != "pair") + fused * per.get("pair", 0.0)) / spec.layers
         rec["isolated_us"][name] = {str(n): round(us, 3) for n, us in per.items()}
         rec["isolated_per_layer_us"][name] = round(total, 3)
         why = timing.one_stream_suspect(rec["add_per_layer_us"][name], total)
         if why:
             rec["suspect"][name] = why + " (a layer)"
+
+
+def _sweep_weights(bench, ctx: Ctx, n: int, k: int) -> list:
+    """The weight sets a call of width ``n`` is timed alone on (made once a model)."""
+    if n not in ctx.sweep_weights:
+        ctx.sweep_weights[n] = bench.timer.weights(n, k, bench.device)
+    return ctx.sweep_weights[n]
 
 
 def _check_outputs(rec: dict, name: str, outs: list, operands: list) -> None:

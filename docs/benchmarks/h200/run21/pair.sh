@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Run 21, call A (device, from the repository root; carry .cutedsl .devsite .vllm_ll; timeout_s 560).
+# The serial schedule misses its target at M 1-16 (19b: routed 1.02 / 1.04 / 0.91 / 0.93 / 0.92x what vLLM's
+# ll_bf16 adds) because each call pays a fixed cost. On a ratio-4 layer the indexer's compressor (N=512) and
+# the layer's (N=2048) read the same x; the serial table's own times (configs/sm90_serial.csv, M=1: 4.38 + 9.22
+# us against 9.46 for one N=2560 call) say one launch for both would save 3-4 us a ratio-4 layer, 1.5-2 us a
+# V4-Pro layer. This call measures it before the plugin does it:
+#   1. the pair forms' GPU tests (cutedsl-dot's and Triton's: both outputs exact, NaN-poisoned, under graph
+#      replay; the dot pair's outputs the single form's bits);
+#   2. bench --region, V4-Pro, serial, M 1, 2, 4, 8, 16: the `routed+pair` column is the routed column with each
+#      ratio-4 layer's two GEMMs one launch of a pair form: the serial table's N=2560 row's kernel where its
+#      backend has one (cutedsl-dot at M 1-2, Triton at M 4-8), else Triton's tuned N=2560 form (M=16, whose row
+#      is SGLang's warp split-K); beside torch, routed, each backend alone and ll_bf16 (best of its sweep).
+# About 90 s of tests and 250-330 s of bench.
+set -uo pipefail
+. docs/benchmarks/h200/run20/common.sh
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+mkdir -p "$OUT/pair"
+timeout -k 5 150 python3 -m pytest -v -p no:cacheprovider -n 0 -k pair tests/test_cutedsl_dot_gpu.py \
+  tests/test_triton_gpu.py > "$OUT/pair/pytest_pair_gpu.txt" 2>&1
+echo "pair gpu tests rc=$?"; tail -n 4 "$OUT/pair/pytest_pair_gpu.txt" | cut -c1-200
+o=$OUT/pair/pro; mkdir -p "$o"
+timeout -k 5 360 python3 -m sglang_fp32gemm bench --region --region-model pro --region-m 1,2,4,8,16 \
+  --region-schedule serial --region-rounds 3 --backends cutedsl-dot triton \
+  --tune-log docs/benchmarks/h200/tune_log.jsonl.gz docs/benchmarks/h200/run16/tune_log_serial_16b.jsonl.gz \
+  configs/sm90_serial.csv --out-dir "$o" > "$o/bench.txt" 2>&1
+echo "pro rc=$?"; grep -E "\] region|region pro|route check|precision|SUSPECT" "$o/bench.txt" | cut -c1-260
+nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
