@@ -28,6 +28,9 @@ class Config:
     #: The serial table (``*_serial.csv``) laid over the fast table: what fast-mode calls outside SGLang's
     #: multi-stream region take; None when no file has serial rows.
     serial_table: Optional[TunedTable] = None
+    #: The pair table (``*_pair.csv``): where a ratio-4 layer's two compressor GEMMs are one launch outside
+    #: the multi-stream region (``pairs.py``); None when no file has pair rows.
+    pair_table: Optional[TunedTable] = None
 
     @property
     def enabled(self) -> bool:
@@ -35,9 +38,11 @@ class Config:
 
 
 def load(env: Optional[Mapping[str, str]] = None,
-         parsers: Optional[Mapping[str, Sequence[KernelParser]]] = None) -> Config:
+         parsers: Optional[Mapping[str, Sequence[KernelParser]]] = None,
+         pair_parsers: Optional[Mapping[str, Sequence[KernelParser]]] = None) -> Config:
     """Settings from ``env`` (default ``os.environ``); when enabled, tables and layer file too,
-    every row's kernelName checked by ``parsers`` (``table.validate_kernel_names``); one-line errors."""
+    every row's kernelName checked by ``parsers`` (``table.validate_kernel_names``), and each pair row's by
+    ``pair_parsers`` too (the backends with a pair form); one-line errors."""
     try:
         s = settings_mod.from_environ(env)
         if not s.enabled:
@@ -46,7 +51,10 @@ def load(env: Optional[Mapping[str, str]] = None,
         selection = layers_mod.load(s.layers_path)
         if parsers:
             validate_kernel_names(tables.rows(), parsers)
+        if pair_parsers is not None:
+            validate_kernel_names(tables.pair.every_row(), pair_parsers, "kernel with a pair form")
     except ConfigError as e:
         raise ConfigError(one_line(e)) from None
     serial = tables.serial.laid_over(tables.fast) if len(tables.serial) else None
-    return Config(s, tables.fast, tables.deterministic, selection, tables.eager, serial)
+    return Config(s, tables.fast, tables.deterministic, selection, tables.eager, serial,
+                  tables.pair if len(tables.pair) else None)

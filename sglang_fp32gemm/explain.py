@@ -22,6 +22,8 @@ _V4 = {512: "indexer kv_score", 1024: "HCA wkv_gate", 2048: "CSA wkv_gate", 2560
 SHAPES = {**{(n, k): f"V4-{name} {what}" for k, name in ((7168, "Pro"), (4096, "Flash")) for n, what in _V4.items()},
           (512, 5120): "V4.1-Flash ratio-2 wkv / wgate (kind v41)",
           (1024, 5120): "V4.1-Flash ratio-2 fused wkv_gate (kind v41)"}
+#: A DeepSeek-V4 ratio-4 layer's pair: the indexer's compressor, the layer's (``pairs.py``).
+PAIR_WIDTHS = (512, 2048)
 
 
 def _kernel(r) -> Optional[str]:
@@ -80,13 +82,16 @@ def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple
         p(f"deterministic: {s.deterministic} (source: {s.deterministic_source})")
         # Load as if enabled, so a user sees what enabling would do.
         env = dict(os.environ, **{settings_mod.ENABLE_VAR: "1"})
-        cfg = config_mod.load(env, parsers=parsers(backends))
+        cfg = config_mod.load(env, parsers=parsers(backends), pair_parsers=parsers(backends, pair=True))
         serial = cfg.serial_table
         serial_files = serial.files[len(cfg.table.files):] if serial is not None else []
         p(f"tables: {', '.join(cfg.table.files + cfg.det_table.files + cfg.eager_table.files + serial_files)} "
           f"({len(cfg.table)} rows, {len(cfg.det_table)} deterministic, {len(cfg.eager_table)} eager, "
           + ("the serial files laid over the fast table outside SGLang's multi-stream region)" if serial_files
              else "no serial table)"))
+        if cfg.pair_table is not None:
+            p(f"pair table: {', '.join(cfg.pair_table.files)} ({len(cfg.pair_table)} rows: a ratio-4 layer's two "
+              "compressor GEMMs in one launch outside SGLang's multi-stream region)")
         p(f"layers: {cfg.selection.describe()}")
         # Where the child-process probes (gfx950 kernels) keep their passes.
         p(f"probe verdicts: {verdict_cache.describe_dir(settings_mod.probe_cache_dir())}")
@@ -130,6 +135,15 @@ def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple
         items = [(m, _shape_route(shown, dev, device, m, n, k)) for m in range(1, max_m + 1)]
         for line in _compress(items):
             p(line)
+    if shown.pairs is not None:
+        n1, n2 = PAIR_WIDTHS
+        for k in (7168, 4096):
+            items = [(m, shown.pairs.plan_text(dev, m, n1, n2, k) or "each call its own route")
+                     for m in range(1, max_m + 1)]
+            p(f"  N={n1}+{n2} K={k} (a ratio-4 layer's indexer and layer compressors, outside the multi-stream "
+              "region, where their x is the same tensor):")
+            for line in _compress(items):
+                p(line)
     no_layer = shown.caller(None)
     p("  other callers of linear_bf16_fp32 (no compressor layer: DeepSeek's MoE gate, LongCat, ...): "
       + ("routed by the table alone, as above for their shape" if no_layer.selected

@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from sglang_fp32gemm import releases, routing
+from sglang_fp32gemm import pairs, releases, routing
 from sglang_fp32gemm.backends import torch_ref
 from sglang_fp32gemm.layers import LayerInfo
 from sglang_fp32gemm.releases import ReleaseLayout
@@ -119,7 +119,12 @@ def around_wkv_gate(original_fn: Callable, self: Any, x: torch.Tensor, *args: An
         if _untraced(r, x, weight):
             return original_fn(self, x, *args, **kwargs)
         return routing.traced_call(x, weight, layer_of(self, fused is not None))
-    out = _run(r, x, weight, caller_of(self, fused is not None, r))
+    caller = caller_of(self, fused is not None, r)
+    if r.pairs is not None and fused is None and caller.selected and not routing.in_overlapped_region():
+        out = pairs.joined(r, self, x, weight, lambda partner: caller_of(partner, False, r).selected)
+        if out is not None:
+            return out
+    out = _run(r, x, weight, caller)
     if out is not None:
         return out
     if fused is not None or releases.compressor_rounds(layout, weight):

@@ -111,7 +111,7 @@ class KernelCache:
                 self._telemetry.recount(counted, ("torch", f"{bound.backend} {bound.kernel_name}: {e}"))
                 return None
             except Exception as e:
-                self._disable(bound, x.device, e)
+                self.disable(bound, x.device, e)
                 self._telemetry.recount(counted, ("torch", bound.disabled_reason))
                 return None
 
@@ -126,7 +126,7 @@ class KernelCache:
         try:
             bound.fn(x, w)  # not through guard: this run is not a counted call
         except Exception as e:
-            self._disable(bound, device, e)
+            self.disable(bound, device, e)
 
     def preparer(self, bound: Bound, m: int) -> Optional[Callable[[], None]]:
         """``prepare()``: ``bound``'s per-stream state for the current stream at M (``KernelFn.prepare``,
@@ -146,7 +146,8 @@ class KernelCache:
 
         return prepare
 
-    def _disable(self, bound: Bound, device: torch.device, exc: Exception) -> None:
+    def disable(self, bound: Bound, device: torch.device, exc: Exception) -> None:
+        """``bound`` raised at run time: its calls take their fallback from now on (one warning)."""
         why = f"raised at run time ({type(exc).__name__}: {exc})"
         with self._lock:
             if bound.fn is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from typing import Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 import torch
 
@@ -134,6 +134,15 @@ class Router:
         self.serial_routes: Optional[RouteTable] = (
             RouteTable(config, backends, False, self.kernels, self.telemetry, table=serial, base=config.table)
             if serial is not None else None)
+        pair_table = (config.pair_table if config is not None and not self.deterministic and serial_routes_allowed
+                      else None)
+        #: The pair table's routes (``pairs.py``): a ratio-4 layer's two compressor GEMMs in one launch outside
+        #: the multi-stream region; None without pair rows (every call takes its own route).
+        self.pairs: Optional[Any] = None  # a pairs.PairRoutes (imported only where there is a pair table)
+        if pair_table is not None:
+            from sglang_fp32gemm.pairs import PairRoutes
+
+            self.pairs = PairRoutes(config, backends, self.kernels, self.telemetry)
         self.kernels.on_disable = self._retire
         sel = config.selection if config is not None else None
         self._no_layer = Caller(None, sel is None or sel.selects(None))
@@ -249,7 +258,7 @@ def build_router() -> Router:
 
     backends = default_backends()
     try:
-        return Router(config_mod.load(parsers=parsers(backends)), backends)
+        return Router(config_mod.load(parsers=parsers(backends), pair_parsers=parsers(backends, pair=True)), backends)
     except ConfigError as e:
         return Router(None, backends, error=str(e))
 

@@ -264,12 +264,16 @@ def m_candidates(m: int) -> list[int]:
 KernelParser = Callable[[str], object]
 
 
-def validate_kernel_names(rows: Iterable[TunedRow], parsers: Mapping[str, Sequence[KernelParser]]) -> None:
+def validate_kernel_names(rows: Iterable[TunedRow], parsers: Mapping[str, Sequence[KernelParser]],
+                          what: str = "kernel") -> None:
     """Every row whose libtype has parsers (libtype -> ``Backend.parse`` functions) names a kernel
-    one of them accepts; else a ConfigError with the first parser's error."""
+    one of them accepts; else a ConfigError with the first parser's error. With ``what``: the rows of every
+    libtype but torch must have parsers (the pair table: only backends with a pair form serve it)."""
     for row in rows:
         fns = parsers.get(row.libtype)
         if not fns:
+            if what != "kernel" and row.libtype != "torch":
+                raise ConfigError(f"{row.source}: libtype {row.libtype!r} has no {what}")
             continue
         first: Optional[str] = None
         for fn in fns:
@@ -282,7 +286,7 @@ def validate_kernel_names(rows: Iterable[TunedRow], parsers: Mapping[str, Sequen
             else:
                 break
         else:
-            raise ConfigError(f"{row.source}: kernelName {row.kernelName!r} is not a {row.libtype} kernel: {first}")
+            raise ConfigError(f"{row.source}: kernelName {row.kernelName!r} is not a {row.libtype} {what}: {first}")
 
 
 DETERMINISTIC_SUFFIX = "_deterministic.csv"
@@ -290,6 +294,9 @@ DETERMINISTIC_SUFFIX = "_deterministic.csv"
 EAGER_SUFFIX = "_eager.csv"
 #: Rows for calls outside SGLang's multi-stream (overlapped) region, laid over the fast table's (fast mode only).
 SERIAL_SUFFIX = "_serial.csv"
+#: Rows at the joined width N1 + N2 of two GEMMs on the same x that one launch of a pair form computes
+#: (DeepSeek-V4's ratio-4 layers, outside the multi-stream region; fast mode only; ``pairs.py``).
+PAIR_SUFFIX = "_pair.csv"
 
 
 def is_deterministic_file(name: str | os.PathLike) -> bool:
@@ -298,11 +305,12 @@ def is_deterministic_file(name: str | os.PathLike) -> bool:
 
 
 def table_of(name: str | os.PathLike) -> str:
-    """Which table a file's rows go to, by its name: ``deterministic``, ``eager``, ``serial`` or ``fast``."""
+    """Which table a file's rows go to, by its name: ``deterministic``, ``eager``, ``serial``, ``pair`` or
+    ``fast``."""
     if is_deterministic_file(name):
         return "deterministic"
     base = os.path.basename(os.fspath(name))
-    for suffix, kind in ((EAGER_SUFFIX, "eager"), (SERIAL_SUFFIX, "serial")):
+    for suffix, kind in ((EAGER_SUFFIX, "eager"), (SERIAL_SUFFIX, "serial"), (PAIR_SUFFIX, "pair")):
         if base.endswith(suffix):
             return kind
     return "fast"
@@ -356,17 +364,19 @@ class TunedTable:
 
 @dataclasses.dataclass(frozen=True)
 class TunedTables:
-    """The fast, the deterministic, the eager and the serial table."""
+    """The fast, the deterministic, the eager, the serial and the pair table."""
 
     fast: TunedTable
     deterministic: TunedTable
     eager: TunedTable = dataclasses.field(default_factory=lambda: TunedTable([]))
     serial: TunedTable = dataclasses.field(default_factory=lambda: TunedTable([]))
+    pair: TunedTable = dataclasses.field(default_factory=lambda: TunedTable([]))
 
     @classmethod
     def load(cls, extra_paths: Iterable[str] = ()) -> "TunedTables":
         """Packaged files, then ``extra_paths``, each read and validated once."""
-        files: dict[str, list[tuple[str, list[TunedRow]]]] = {"fast": [], "deterministic": [], "eager": [], "serial": []}
+        files: dict[str, list[tuple[str, list[TunedRow]]]] = {
+            "fast": [], "deterministic": [], "eager": [], "serial": [], "pair": []}
         for name, text in packaged_tables():
             files[table_of(name)].append((name, parse_csv(text, name)))
         for p in extra_paths:
@@ -379,4 +389,4 @@ class TunedTables:
     def rows(self) -> list[TunedRow]:
         """Every row of every file of the tables, overridden ones included (for start-up validation)."""
         return (self.fast.every_row() + self.deterministic.every_row() + self.eager.every_row()
-                + self.serial.every_row())
+                + self.serial.every_row() + self.pair.every_row())

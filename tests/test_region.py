@@ -14,7 +14,7 @@ import json
 import pytest
 import torch
 
-from fakes.fake_backends import FAKE_KERNEL, ExactFake, FakeCfg, fake_table, make_router
+from fakes.fake_backends import FAKE_KERNEL, ExactFake, FakeCfg, PairFake, fake_table, make_router
 from sglang_fp32gemm import exactness, routing
 from sglang_fp32gemm.backends import torch_ref
 from sglang_fp32gemm.tools import bench, region, timing
@@ -245,23 +245,14 @@ def test_bench_region_on_cpu_times_every_mode_and_checks_the_routes(tmp_path, ca
     assert "route check: 4/4" in capsys.readouterr().out
 
 
-class PairFake(ColumnFake):
-    """ColumnFake with a pair form (``bind_pair``, as ``cutedsl-dot`` has) that takes M=1 only."""
+class OneTokenPairFake(PairFake):
+    """ColumnFake's candidates with a pair form that takes M=1 only."""
 
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.pair_binds, self.pair_calls = [], 0
+    def candidates(self, m, n, k):
+        return [FakeCfg(FAKE_KERNEL)]
 
     def supports(self, cfg, m, n, k):
         return (True, "ok") if m == 1 else (False, f"M={m}: the pair form takes M=1")
-
-    def bind_pair(self, cfg, device, n, n2, k):
-        self.pair_binds.append((n, n2, k))
-
-        def pair(x, w, w2):
-            self.pair_calls += 1
-            return torch_ref.mm_fp32(x, w), torch_ref.mm_fp32(x, w2)
-        return pair
 
 
 def test_serial_rows_time_the_routed_column_with_each_ratio4_pair_as_one_launch(tmp_path, fake_router):
@@ -269,7 +260,7 @@ def test_serial_rows_time_the_routed_column_with_each_ratio4_pair_as_one_launch(
 
     spec = region.MODELS["tiny"]
     n1, n2 = region.pair_widths(spec)
-    pf = PairFake(name="col")
+    pf = OneTokenPairFake(name="col")
     argv = ["--region", "--region-model", "tiny", "--region-m", "1,2", "--region-rounds", "1",
             "--out-dir", str(tmp_path)]
     assert bench.main(argv, backends=[pf], device=torch.device("cpu"), timer=StepTimer()) == 0
@@ -282,7 +273,7 @@ def test_serial_rows_time_the_routed_column_with_each_ratio4_pair_as_one_launch(
     assert set(r["isolated_us"][PAIRED]) == {"pair", "64"}
     assert r["isolated_per_layer_us"][PAIRED] == pytest.approx((1.0 + 1.0) / spec.layers, abs=1e-3)
     # Warm-up and capture: one pair call each for tiny's one ratio-4 layer; then its alone timing.
-    assert pf.pair_calls >= 2
+    assert pf.pair_runs >= 2
     # Overlapped rows put the two GEMMs on two streams: no pair column; at M=2 the form does not take the shape.
     assert PAIRED not in rs[(1, "overlapped")]["step_us"] and PAIRED not in rs[(1, "overlapped")]["note"]
     assert PAIRED not in rs[(2, "serial")]["step_us"] and "no candidate" in rs[(2, "serial")]["note"][PAIRED]
@@ -292,10 +283,10 @@ def test_the_pair_column_takes_the_serial_tables_row_at_the_joined_width_where_i
         tmp_path, monkeypatch):
     spec = region.MODELS["tiny"]
     n1, n2 = region.pair_widths(spec)
-    routed = PairFake(name="fake")
+    routed = OneTokenPairFake(name="fake")
     shapes = [(1, n, k) for n, k in region.fp32_shapes(spec)] + [(1, n1 + n2, spec.hidden)]
     monkeypatch.setattr(routing, "build_router", lambda: make_router([routed], shapes=shapes))
-    other = PairFake(name="col")
+    other = OneTokenPairFake(name="col")
     argv = ["--region", "--region-model", "tiny", "--region-m", "1", "--region-schedule", "serial",
             "--region-rounds", "1", "--out-dir", str(tmp_path)]
     assert bench.main(argv, backends=[other], device=torch.device("cpu"), timer=StepTimer()) == 0
@@ -305,6 +296,26 @@ def test_the_pair_column_takes_the_serial_tables_row_at_the_joined_width_where_i
     assert r["kernel"][PAIRED]["pair"].startswith(f"fake {FAKE_KERNEL} (the serial table's row at N={n1 + n2})")
     assert routed.pair_binds == [(n1, n2, spec.hidden)] and other.pair_binds == []
     assert r["allclose"][PAIRED]
+
+
+def test_the_routed_column_takes_the_plugins_pair_table_on_serial_layers(tmp_path, monkeypatch):
+    """With a pair table the routed column makes each serial ratio-4 layer's two GEMMs as the plugin does (one
+    pair launch), and the route check expects both calls under the pair's kernel."""
+    spec = region.MODELS["tiny"]
+    n1, n2 = region.pair_widths(spec)
+    routed = PairFake(name="fake")
+    shapes = [(1, n, k) for n, k in region.fp32_shapes(spec)]
+    pair_table = fake_table([(1, n1 + n2, spec.hidden)], name="sm90_pair.csv")
+    monkeypatch.setattr(routing, "build_router", lambda: make_router([routed], shapes=shapes, pair_table=pair_table))
+    argv = ["--region", "--region-model", "tiny", "--region-m", "1", "--region-rounds", "1",
+            "--out-dir", str(tmp_path)]
+    assert bench.main(argv, backends=[], device=torch.device("cpu"), timer=StepTimer()) == 0
+    rs = {r["schedule"]: r for r in json.load(open(tmp_path / "bench_region.json"))["results"]}
+    key = f"fake:{FAKE_KERNEL} pair {n1}+{n2}"
+    serial, over = rs["serial"]["route_check"], rs["overlapped"]["route_check"]
+    assert serial["ok"] and serial["expected"] == {f"fake:{FAKE_KERNEL}": 1, key: 2} == serial["counted"]
+    assert over["ok"] and key not in over["counted"]  # two streams: each call its own route
+    assert routed.pair_runs > 0 and rs["serial"]["allclose"]["routed"]
 
 
 class SlowCaptureTimer(StepTimer):

@@ -117,7 +117,7 @@ def test_a_kernel_disabled_at_run_time_is_retired_from_both_route_tables(capture
     with routing.overlapped():
         assert call(r, 1, w) == ("fast", FAKE_KERNEL)
     (bound,) = [b for b in r.bound_kernels() if b.kernel_name == FAKE_KERNEL]
-    r.kernels._disable(bound, torch.device("cpu"), RuntimeError("test"))
+    r.kernels.disable(bound, torch.device("cpu"), RuntimeError("test"))
     assert call(r, 1, w)[0] == "torch"
     with routing.overlapped():
         assert call(r, 1, w)[0] == "torch"
@@ -222,3 +222,20 @@ def test_the_region_hook_traces_under_fullgraph_compile():
     assert seen == [False, False]
     # run eagerly, the hook marks the region around the call
     assert torch.equal(hooks.around_overlapped(prepare, None, a), a * 2 + 1) and seen[-1] is True
+
+
+def test_explain_for_an_h200_with_a_pair_file_shows_the_pair_routes(tmp_path, monkeypatch):
+    """A pair file: explain names it and, for V4-Pro's ratio-4 pair, the pair kernel at the M its row serves
+    (aiter's lookup: the M=2 row serves M=2 alone) and each call its own route elsewhere."""
+    path = tmp_path / "mine_pair.csv"
+    path.write_text(rows_csv([(2, 2560, 7168, "cutedsl_dot_m2_t448_r2_pdl")], libtype="cutedsl", gfx="sm90",
+                             cu_num=132))
+    monkeypatch.setenv("SGLANG_FLYDSL_FP32_GEMM_CONFIG", str(path))
+    code, text = explain_mod.explain("sm90:132", max_m=4)
+    assert code == 0, text
+    assert f"pair table: {path} (1 rows" in text
+    block = text.split("N=512+2048 K=7168")[1].split("  N=")[0]
+    lines = [line.strip() for line in block.splitlines()[1:] if line.strip()]
+    assert lines[0] == "M=1        each call its own route", lines
+    assert lines[1].startswith(f"M=2        cutedsl-dot cutedsl_dot_m2_t448_r2_pdl pair 512+2048 (row {path}:2)"), lines
+    assert lines[2] == "M=3-4      each call its own route", lines

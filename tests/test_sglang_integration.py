@@ -673,3 +673,153 @@ def test_hook_logs_nothing_on_the_normal_path(compressors, monkeypatch, caplog):
         for _ in range(3):
             compressors["hca"]._compute_wkv_gate(rand_bf16(2, K))
     assert [r for r in caplog.records if r.name.startswith("sglang_fp32gemm")] == []
+
+
+# -- one launch for a ratio-4 layer's two compressor GEMMs (pairs.py) -------------------------------------
+@pytest.fixture
+def unlinked(compressors):
+    """The compressor modules without a pair link or a held output (the fixture is per module)."""
+    from sglang_fp32gemm import pairs
+
+    def clear():
+        for c in compressors.values():
+            c.__dict__.pop(pairs.PARTNER_ATTR, None)
+            c.__dict__.pop(pairs.AHEAD_ATTR, None)
+        pairs._last.call = None
+
+    clear()
+    yield compressors
+    clear()
+
+
+def _pair_router(fake, m=4, **kw):
+    from fakes.fake_backends import fake_table
+
+    shapes = [(m, n, K) for *_, n in KINDS.values()]
+    return make_router([fake], shapes=shapes, pair_table=fake_table([(m, 2560, K)], name="sm90_pair.csv"), **kw)
+
+
+def _serial_step(compressors, x):
+    """A serial ratio-4 layer's two compressor calls, in SGLang's order: the indexer's, then the layer's."""
+    return compressors["indexer"]._compute_wkv_gate(x), compressors["csa"]._compute_wkv_gate(x)
+
+
+PAIR_KEY = ("fake", f"{FAKE_KERNEL} pair 512+2048")
+
+
+def test_a_serial_ratio4_layer_takes_one_launch_for_both_gemms_from_its_second_step(unlinked, monkeypatch):
+    from fakes.fake_backends import PairFake
+
+    fake = PairFake()
+    r = _enable(monkeypatch, _pair_router(fake))
+    idx, csa = unlinked["indexer"], unlinked["csa"]
+    x = rand_bf16(4, K)
+    a, b = _serial_step(unlinked, x)  # the first step links the two
+    assert fake.pair_runs == 0 and fake.pair_binds == []
+    for _ in range(3):
+        x = rand_bf16(4, K)
+        runs = fake.runs
+        a, b = _serial_step(unlinked, x)
+        assert_fp32_close(a, x, idx.wkv_gate.weight)
+        assert_fp32_close(b, x, csa.wkv_gate.weight)
+        assert fake.runs == runs  # no single-GEMM launch: the pair computed both
+    assert fake.pair_binds == [(512, 2048, K)] and fake.pair_runs == PROBE_RUNS + 3
+    assert r.counters() == {("fake", FAKE_KERNEL): 2, PAIR_KEY: 6}
+    assert not fake.violations
+
+
+def test_the_layers_call_computes_anew_where_its_x_is_not_the_pairs(unlinked, monkeypatch):
+    from fakes.fake_backends import PairFake
+
+    fake = PairFake()
+    r = _enable(monkeypatch, _pair_router(fake))
+    idx, csa = unlinked["indexer"], unlinked["csa"]
+    x = rand_bf16(4, K)
+    _serial_step(unlinked, x)
+    # Another tensor with the same values, and x written in place between the two calls.
+    x = rand_bf16(4, K)
+    idx._compute_wkv_gate(x)
+    other = x.clone()
+    assert_fp32_close(csa._compute_wkv_gate(other), other, csa.wkv_gate.weight)
+    x = rand_bf16(4, K)
+    idx._compute_wkv_gate(x)
+    x.mul_(2)
+    assert_fp32_close(csa._compute_wkv_gate(x), x, csa.wkv_gate.weight)
+    assert fake.pair_runs == PROBE_RUNS + 2
+    # The two pair launches counted their indexer calls; the layer's calls ran its own route.
+    assert r.counters()[PAIR_KEY] == 2 and r.counters()[("fake", FAKE_KERNEL)] == 4
+
+
+def test_no_pair_in_the_multi_stream_region_in_deterministic_mode_or_for_an_unselected_layer(unlinked, monkeypatch):
+    from fakes.fake_backends import PairFake
+
+    fake = PairFake()
+    r = _enable(monkeypatch, _pair_router(fake))
+    x = rand_bf16(4, K)
+    _serial_step(unlinked, x)
+    with routing.overlapped():
+        x = rand_bf16(4, K)
+        a, b = _serial_step(unlinked, x)
+    assert fake.pair_runs == 0 and r.counters() == {("fake", FAKE_KERNEL): 4}
+    assert_fp32_close(b, x, unlinked["csa"].wkv_gate.weight)
+    det = _enable(monkeypatch, _pair_router(PairFake(), deterministic=True))
+    assert det.pairs is None
+    sel = LayerSelection(kinds=frozenset({"indexer", "hca"}))
+    fake = PairFake()
+    _enable(monkeypatch, _pair_router(fake, selection=sel))
+    for _ in range(2):
+        x = rand_bf16(4, K)
+        _serial_step(unlinked, x)
+    assert fake.pair_runs == 0  # the layer's compressor is not selected: its call stays SGLang's
+
+
+def test_a_pair_kernel_that_faults_leaves_both_calls_to_their_own_routes(unlinked, monkeypatch, caplog):
+    from fakes.fake_backends import PairFake
+
+    fake = PairFake()
+    r = _enable(monkeypatch, _pair_router(fake))
+    x = rand_bf16(4, K)
+    _serial_step(unlinked, x)
+    _serial_step(unlinked, rand_bf16(4, K))  # bound and probed: the pair serves
+    fake.pair_fault = True
+    for _ in range(3):
+        x = rand_bf16(4, K)
+        a, b = _serial_step(unlinked, x)
+        assert_fp32_close(a, x, unlinked["indexer"].wkv_gate.weight)
+        assert_fp32_close(b, x, unlinked["csa"].wkv_gate.weight)
+    assert sum("pair 512+2048" in rec.getMessage() and "torch from now on" in rec.getMessage()
+               for rec in caplog.records) == 1
+    assert r.counters()[PAIR_KEY] == 2 and r.counters()[("fake", FAKE_KERNEL)] == 2 + 6
+
+
+def test_a_pair_row_whose_kernel_has_no_pair_form_is_a_startup_error(tmp_path, monkeypatch):
+    from sglang_fp32gemm import config as config_mod
+    from sglang_fp32gemm.backends import parsers
+    from sglang_fp32gemm.errors import ConfigError
+
+    path = tmp_path / "mine_pair.csv"
+    path.write_text(rows_csv([(1, 2560, K, "cutedsl_warpsplitk_o16_t8_k256_s16_b2")], libtype="cutedsl"))
+    from sglang_fp32gemm.backends import default_backends
+
+    backends = default_backends()
+    env = {S.ENABLE_VAR: "1", "SGLANG_FLYDSL_FP32_GEMM_CONFIG": str(path)}
+    with pytest.raises(ConfigError, match=rf"{path}:2: kernelName .* is not a cutedsl kernel with a pair form"):
+        config_mod.load(env, parsers=parsers(backends), pair_parsers=parsers(backends, pair=True))
+    path.write_text(rows_csv([(1, 2560, K, "cutedsl_dot_m1_t448_r1_pdl")], libtype="cutedsl"))
+    cfg = config_mod.load(env, parsers=parsers(backends), pair_parsers=parsers(backends, pair=True))
+    assert len(cfg.pair_table) == 1
+
+
+def test_pairs_link_and_serve_inference_tensors(unlinked, monkeypatch):
+    """SGLang runs the model under torch.inference_mode, whose tensors keep no version counter: the pair is
+    matched by the tensor object alone there."""
+    from fakes.fake_backends import PairFake
+
+    fake = PairFake()
+    _enable(monkeypatch, _pair_router(fake))
+    with torch.inference_mode():
+        for _ in range(2):
+            x = rand_bf16(4, K)
+            a, b = _serial_step(unlinked, x)
+    assert fake.pair_runs == PROBE_RUNS + 1
+    assert_fp32_close(b, x, unlinked["csa"].wkv_gate.weight)

@@ -423,6 +423,7 @@ def test_the_pair_form_under_graph_replay_gives_both_products(cfg):
     and replayed with fresh x each time: both outputs exact (each filled with NaN before each replay)."""
     n, n2 = 512, 2048
     fn = te.TritonEpochBackend().bind_pair(cfg, torch.device("cuda"), n, n2, K)
+    assert fn.launcher.fast, fn.launcher.reason  # eager pair calls take Triton's C launcher, as single ones do
     w, w2 = torch.randn(n, K, device="cuda").bfloat16(), torch.randn(n2, K, device="cuda").bfloat16()
     m = 5 if cfg.bm == 16 else 31
     x = torch.randn(m, K, device="cuda").bfloat16()

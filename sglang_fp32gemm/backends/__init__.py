@@ -40,6 +40,8 @@ def by_name(name: str) -> Backend:
     raise KeyError(f"no backend named {name!r} (known: {', '.join(b.name for b in all_backends())})")
 
 
-def parsers(backends: dict[str, list[Backend]]) -> dict[str, list[Callable[[str], object]]]:
-    """libtype -> the parse functions that may accept its kernelNames (start-up validation)."""
-    return {lib: [b.parse for b in bs] for lib, bs in backends.items()}
+def parsers(backends: dict[str, list[Backend]], pair: bool = False) -> dict[str, list[Callable[[str], object]]]:
+    """libtype -> the parse functions that may accept its kernelNames (start-up validation); ``pair``: only
+    the backends with a pair form (``bind_pair``: the pair table's rows)."""
+    return {lib: fns for lib, bs in backends.items()
+            if (fns := [b.parse for b in bs if not pair or hasattr(b, "bind_pair")])}

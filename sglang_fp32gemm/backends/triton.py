@@ -30,7 +30,7 @@ from sglang_fp32gemm.backends.triton_base import (
     split_plans,
     with_pdl,
 )
-from sglang_fp32gemm.backends.triton_launch import BoundKernel, raw_stream_getter
+from sglang_fp32gemm.backends.triton_launch import BoundKernel, current_device_getter, raw_stream_getter
 
 logger = logging.getLogger(__name__)
 
@@ -134,18 +134,20 @@ class TritonEpochBackend(TritonBackend):
 
     def bind_pair(self, cfg: EpochConfig, device: torch.device, n: int, n2: int, k: int) -> PairFn:
         """``fn(x, w, w2) -> (x @ w^T, x @ w2^T)``, fp32, one launch of ``epoch_pair_fp32_kernel`` (each tile as
-        this config's single kernel computes it). Launched the ordinary way (``kernel[grid]``: Triton's host
-        cost, about 21 us a call), so for captured calls: the bench's pair column."""
+        this config's single kernel computes it), through Triton's C launcher where ``bind``'s fast path would
+        take the call (16-byte aligned pointers, x's row stride a multiple of 16), else the ordinary launch."""
         device = bind_device(cfg, device, k, n, n2)
         on_cuda = device.type == "cuda"
         f32, bf16, i32 = torch.float32, torch.bfloat16, torch.int32
         specimen = (bf16, bf16, f32, bf16, f32, i32, i32, 1, n, n2, k, k, k, n, n2)
         kern = BoundKernel(self.get_pair_kernel(), device, specimen, cfg.constexprs(k, upcast=not on_cuda),
-                           cfg.options(on_cuda), try_fast=False)
+                           cfg.options(on_cuda), try_fast=on_cuda)
         plan = self.plan(cfg, n + n2)
         pool = self.buffers(cfg, device, n + n2)
         idx = device.index
+        fast, launch = kern.fast, kern.launch
         get_stream = raw_stream_getter() if on_cuda else (lambda i: 0)
+        get_device = current_device_getter() if on_cuda else (lambda: idx)
         on_device = (lambda: torch.cuda.device(device)) if on_cuda else contextlib.nullcontext
 
         def fn(x: torch.Tensor, w: torch.Tensor, w2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -154,6 +156,14 @@ class TritonEpochBackend(TritonBackend):
                 raise ValueError(f"w and w2 row strides differ ({w.stride(0)}, {w2.stride(0)}): the kernel takes one")
             gx, gy, gz, need_s, need_c = plan(m)
             out, out2 = torch.empty(m, n, dtype=f32, device=device), torch.empty(m, n2, dtype=f32, device=device)
+            if fast and get_device() == idx:
+                sxm = x.stride()[0] if m > 1 else k
+                xp, wp, w2p = x.data_ptr(), w.data_ptr(), w2.data_ptr()
+                if not ((xp | wp | w2p | sxm) & 15):
+                    b = pool.get(get_stream(idx), need_s, need_c)
+                    launch(gx, gy, gz, get_stream(idx), xp, wp, out.data_ptr(), w2p, out2.data_ptr(), b.scratch_ptr,
+                           b.counters_ptr, m, n, n2, k, sxm, k, n, n2)
+                    return out, out2
             with on_device():
                 b = pool.get(get_stream(idx), need_s, need_c)
                 kern.slow((gx, gy, gz), x, w, out, w2, out2, b.scratch, b.counters, m, n, n2, k,
@@ -161,6 +171,7 @@ class TritonEpochBackend(TritonBackend):
             return out, out2
 
         fn.buffers = pool  # type: ignore[attr-defined]
+        fn.launcher = kern  # type: ignore[attr-defined]
         return fn
 
     @staticmethod

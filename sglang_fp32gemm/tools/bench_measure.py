@@ -54,6 +54,15 @@ class Bench:
 
         return routing.linear_bf16_fp32(x, w)
 
+    @classmethod
+    def routed_pair(cls, x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Two GEMMs on the same x as the plugin makes them outside the multi-stream region: one launch where
+        the pair table routes them (``pairs.call``, both counted), else each routed."""
+        from sglang_fp32gemm import pairs, routing
+
+        got = pairs.call(routing.get_router(), x, w1, w2, taken=True)
+        return (got[0], got[1]) if got is not None else (cls.routed(x, w1), cls.routed(x, w2))
+
     def columns(self, m: int, n: int, k: int, pdl: bool = False) -> tuple[list[tuple[str, Callable, str, str]], dict]:
         """[(name, fn, kernel, source)] for every available backend that takes the shape, and {name: why not}."""
         cols, notes = [], {}

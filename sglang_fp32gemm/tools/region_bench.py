@@ -63,15 +63,19 @@ def spec_info(spec: region.ModelSpec) -> dict:
 
 def _fp32_modes(bench, ctx: Ctx, m: int, schedule: str, rec: dict) -> dict[str, Any]:
     shapes = region.fp32_shapes(ctx.spec)
+    from sglang_fp32gemm import routing
+
     modes: dict[str, Any] = {"none": None, "torch": {n: bench.torch_fn for n, _ in shapes},
                              "routed": {n: bench.routed for n, _ in shapes}}
+    if routing.get_router().pairs is not None:
+        modes["routed"]["pair"] = bench.routed_pair  # the plugin's pair table (serial layers only)
     if region.pairs(ctx.plans[schedule]):
         n1, n2 = region.pair_widths(ctx.spec)
         fn, what = bench.pair_fn(m, n1, n2, ctx.spec.hidden)
         if fn is None:
             rec["note"][PAIRED] = what
         else:
-            modes[PAIRED] = {**modes["routed"], "pair": fn}
+            modes[PAIRED] = {**{n: bench.routed for n, _ in shapes}, "pair": fn}
             rec["kernel"][PAIRED] = {"pair": what, "other": "routed"}
     cols: dict[str, dict] = collections.defaultdict(dict)
     for n, k in shapes:
@@ -109,8 +113,16 @@ def _route_check(ctx: Ctx, x: torch.Tensor, counted: dict, schedule: str) -> dic
     table: dict[str, str] = {}
     ok = True
     for steps, w in zip(ctx.plans[schedule], ctx.weights):
+        joined = None
+        if router.pairs is not None and region.paired(steps):
+            joined = router.pairs.get(x, w[region.PAIR[0]], w[region.PAIR[1]])  # resolved in the warm-up
+            joined = joined if joined.run is not None else None
         for s in steps:
             if s.kind != region.GEMM_FP32:
+                continue
+            if joined is not None and s.name in region.PAIR:
+                expected[joined.key] += 1  # both GEMMs of the pair count under its kernel
+                table[f"{s.n} (pair)"] = f"{joined.bound.backend}:{joined.bound.kernel_name}"
                 continue
             with region.layer_mark(steps):
                 e = router.decide(x, w[s.name], captured=True)

@@ -71,13 +71,14 @@ def make_config(table: Optional[TunedTable] = None, enabled: bool = True, determ
                 det_table: Optional[TunedTable] = None,
                 selection: Optional[layers_mod.LayerSelection] = None,
                 eager_table: Optional[TunedTable] = None,
-                serial_table: Optional[TunedTable] = None) -> config_mod.Config:
+                serial_table: Optional[TunedTable] = None,
+                pair_table: Optional[TunedTable] = None) -> config_mod.Config:
     """``serial_table``: the serial rows alone (laid over ``table`` here, as ``config.load`` does)."""
     table = table or TunedTable([])
     return config_mod.Config(enabled_settings(enabled, deterministic), table,
                              det_table or TunedTable([]), selection or layers_mod.LayerSelection(),
                              eager_table or TunedTable([]),
-                             serial_table.laid_over(table) if serial_table is not None else None)
+                             serial_table.laid_over(table) if serial_table is not None else None, pair_table)
 
 
 def make_router(backends: Optional[list[Backend]] = None, table: Optional[TunedTable] = None,
@@ -85,7 +86,8 @@ def make_router(backends: Optional[list[Backend]] = None, table: Optional[TunedT
                 selection: Optional[layers_mod.LayerSelection] = None,
                 key: Optional[DeviceKey] = FAKE_KEY, libtype: str = "triton",
                 deterministic: bool = False, det_table: Optional[TunedTable] = None,
-                eager_table: Optional[TunedTable] = None, serial_table: Optional[TunedTable] = None) -> Router:
+                eager_table: Optional[TunedTable] = None, serial_table: Optional[TunedTable] = None,
+                pair_table: Optional[TunedTable] = None) -> Router:
     """A Router over ``backends`` (grouped by libtype, in order) that routes CPU tensors.
 
     Every device's table key is ``key`` (None: no key).
@@ -95,9 +97,9 @@ def make_router(backends: Optional[list[Backend]] = None, table: Optional[TunedT
     by_lib: dict[str, list[Backend]] = {}
     for b in backends or []:
         by_lib.setdefault(b.libtype, []).append(b)
-    cfg = make_config(table, enabled, deterministic, det_table, selection, eager_table, serial_table)
+    cfg = make_config(table, enabled, deterministic, det_table, selection, eager_table, serial_table, pair_table)
     r = Router(cfg, by_lib)
-    for routes in r.route_tables():
+    for routes in r.route_tables() + ([r.pairs.table] if r.pairs is not None else []):
         routes.device_types = ("cuda", "cpu")
         routes.device_key_of = lambda device: key  # type: ignore[method-assign]
     return r
@@ -279,6 +281,34 @@ class BindRaisingFake(ExactFake):
     def bind(self, cfg, device, n, k):
         super().bind(cfg, device, n, k)
         raise RuntimeError("no workspace")
+
+
+class PairFake(ExactFake):
+    """ExactFake with a pair form (``bind_pair``, as ``cutedsl-dot`` and ``triton`` have): ``pair_binds`` its
+    binds (N, N2, K), ``pair_runs`` its launches; with ``pair_fault`` set its launches raise."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.pair_binds: list[tuple[int, int, int]] = []
+        self.pair_runs = 0
+        self.pair_fault = False
+
+    def bind_pair(self, cfg, device, n, n2, k):
+        self._count("bind_pair")
+        self.pair_binds.append((n, n2, k))
+        if torch.device(device).type not in self.devices:
+            raise RuntimeError(f"{self.name} does not run on {device}")
+
+        def pair(x, w, w2):
+            self._check_contract(cfg, torch.device(device), n, k, x, w)
+            self._check_contract(cfg, torch.device(device), n2, k, x, w2)
+            if self.pair_fault:
+                raise RuntimeError("pair kernel fault")
+            with self.lock:
+                self.pair_runs += 1
+            return self.compute(cfg, x, w), self.compute(cfg, x, w2)
+
+        return pair
 
 
 class SlowBindFake(ExactFake):
