@@ -38,9 +38,6 @@ PARTNER_ATTR = "_sglang_fp32gemm_pair_partner"
 #: On the layer's compressor module: the second output of the pair launch, held for its call.
 AHEAD_ATTR = "_sglang_fp32gemm_pair_ahead"
 
-Pair = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], "tuple[torch.Tensor, torch.Tensor]"]
-
-
 class PairBinder:
     """A backend's pair form as the kernel cache binds kernels: ``bind(cfg, device, n1 + n2, k)`` gives
     ``joined(x, w)``, the products of w's first ``n1`` rows and of the rest side by side (what the probe checks

@@ -62,9 +62,9 @@ def spec_info(spec: region.ModelSpec) -> dict:
 
 
 def _fp32_modes(bench, ctx: Ctx, m: int, schedule: str, rec: dict) -> dict[str, Any]:
-    shapes = region.fp32_shapes(ctx.spec)
     from sglang_fp32gemm import routing
 
+    shapes = region.fp32_shapes(ctx.spec)
     modes: dict[str, Any] = {"none": None, "torch": {n: bench.torch_fn for n, _ in shapes},
                              "routed": {n: bench.routed for n, _ in shapes}}
     if routing.get_router().pairs is not None:
