@@ -38,6 +38,7 @@ PARTNER_ATTR = "_sglang_fp32gemm_pair_partner"
 #: On the layer's compressor module: the second output of the pair launch, held for its call.
 AHEAD_ATTR = "_sglang_fp32gemm_pair_ahead"
 
+
 class PairBinder:
     """A backend's pair form as the kernel cache binds kernels: ``bind(cfg, device, n1 + n2, k)`` gives
     ``joined(x, w)``, the products of w's first ``n1`` rows and of the rest side by side (what the probe checks
@@ -179,18 +180,31 @@ def call(r: routing.Router, x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor,
     return outs[0], outs[1], e.key
 
 
-class _Held:
-    """The layer compressor's output, computed by its indexer's pair launch."""
+class _Mark:
+    """Which x a call had: the object (weakly) and its version counter (None for inference tensors)."""
 
-    __slots__ = ("x", "version", "w", "stream", "out", "key")
+    __slots__ = ("x", "version")
 
-    def __init__(self, x: torch.Tensor, version: Optional[int], w: torch.Tensor, stream: int, out: torch.Tensor,
-                 key: Key):
-        self.x, self.version, self.w, self.stream, self.out, self.key = weakref.ref(x), version, w, stream, out, key
+    def __init__(self, x: torch.Tensor):
+        self.x, self.version = weakref.ref(x), _version(x)
+
+    def same(self, x: torch.Tensor) -> bool:
+        """Whether ``x`` is that tensor, unchanged since."""
+        return self.x() is x and self.version == _version(x)
+
+
+class _Held(_Mark):
+    """The layer compressor's output, computed by its indexer's pair launch on ``x`` with weight ``w``."""
+
+    __slots__ = ("w", "stream", "out", "key")
+
+    def __init__(self, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, key: Key):
+        super().__init__(x)
+        self.w, self.stream, self.out, self.key = w, _stream(x), out, key
 
 
 class _Last(threading.local):
-    #: (indexer compressor module, x, x's version) of this thread's last indexer call without a partner.
+    #: (indexer compressor module, the mark of its x) of this thread's last indexer call without a partner.
     call: Optional[tuple] = None
 
 
@@ -222,7 +236,7 @@ def joined(r: routing.Router, module: Any, x: torch.Tensor, w: torch.Tensor,
     d = module.__dict__
     held = d.pop(AHEAD_ATTR, None)
     if held is not None:
-        if held.x() is x and held.w is w and held.version == _version(x) and held.stream == _stream(x):
+        if held.same(x) and held.w is w and held.stream == _stream(x):
             r.telemetry.count(held.key)
             return held.out
         return None  # x or w changed since the pair launch: compute it anew
@@ -230,7 +244,7 @@ def joined(r: routing.Router, module: Any, x: torch.Tensor, w: torch.Tensor,
         ref = d.get(PARTNER_ATTR)
         partner = ref() if ref is not None else None
         if partner is None:
-            _last.call = (weakref.ref(module), weakref.ref(x), _version(x))
+            _last.call = (weakref.ref(module), _Mark(x))
             return None
         w2 = getattr(getattr(partner, "wkv_gate", None), "weight", None)
         if not isinstance(w2, torch.Tensor) or w2.dtype is not torch.bfloat16 or not partner_selected(partner):
@@ -239,12 +253,12 @@ def joined(r: routing.Router, module: Any, x: torch.Tensor, w: torch.Tensor,
         if outs is None:
             return None
         try:
-            object.__setattr__(partner, AHEAD_ATTR, _Held(x, _version(x), w2, _stream(x), outs[1], outs[2]))
+            object.__setattr__(partner, AHEAD_ATTR, _Held(x, w2, outs[1], outs[2]))
         except Exception:  # a module that takes no attribute: its call computes anew (never reached by SGLang's)
             pass
         return outs[0]
     last, _last.call = _last.call, None
-    if last is not None and last[1]() is x and last[2] == _version(x):
+    if last is not None and last[1].same(x):
         indexer = last[0]()
         if indexer is not None:
             try:
