@@ -52,7 +52,8 @@ def load(env: Optional[Mapping[str, str]] = None,
         if parsers:
             validate_kernel_names(tables.rows(), parsers)
         if pair_parsers is not None:
-            validate_kernel_names(tables.pair.every_row(), pair_parsers, "kernel with a pair form")
+            validate_kernel_names(tables.pair.every_row(), pair_parsers, "kernel with a pair form",
+                                  every_libtype=True)
     except ConfigError as e:
         raise ConfigError(one_line(e)) from None
     serial = tables.serial.laid_over(tables.fast) if len(tables.serial) else None

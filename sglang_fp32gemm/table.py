@@ -265,14 +265,15 @@ KernelParser = Callable[[str], object]
 
 
 def validate_kernel_names(rows: Iterable[TunedRow], parsers: Mapping[str, Sequence[KernelParser]],
-                          what: str = "kernel") -> None:
+                          what: str = "kernel", every_libtype: bool = False) -> None:
     """Every row whose libtype has parsers (libtype -> ``Backend.parse`` functions) names a kernel
-    one of them accepts; else a ConfigError with the first parser's error. With ``what``: the rows of every
-    libtype but torch must have parsers (the pair table: only backends with a pair form serve it)."""
+    one of them accepts (``what`` names such a kernel in the error); else a ConfigError with the first parser's
+    error. ``every_libtype``: a row of a libtype without parsers (torch aside) is an error too (the pair table:
+    only backends with a pair form serve it)."""
     for row in rows:
         fns = parsers.get(row.libtype)
         if not fns:
-            if what != "kernel" and row.libtype != "torch":
+            if every_libtype and row.libtype != "torch":
                 raise ConfigError(f"{row.source}: libtype {row.libtype!r} has no {what}")
             continue
         first: Optional[str] = None
