@@ -121,6 +121,23 @@ def nvidia_capability() -> tuple[Optional[tuple[int, int]], str]:
     return torch.cuda.get_device_capability(), ""
 
 
+def bind_device(cfg: Any, device: Any, k: int, *widths: int, cuda_only: bool = False) -> "torch.device":
+    """The device a ``bind`` compiles for, once ``cfg`` takes every width at (M=1, K) (ValueError saying why
+    not): a CUDA device without an index gets the current one; ``cuda_only``: another device is a RuntimeError."""
+    import torch
+
+    for n in widths:
+        ok, why = cfg.check_shape(1, n, k)
+        if not ok:
+            raise ValueError(why)
+    device = torch.device(device)
+    if device.type != "cuda":
+        if cuda_only:
+            raise RuntimeError(f"device {device} is not CUDA")
+        return device
+    return torch.device("cuda", torch.cuda.current_device()) if device.index is None else device
+
+
 def sm90_or_later() -> bool:
     """Whether a CUDA device of sm90 or later is present: programmatic dependent launch (PDL) forms are offered."""
     import torch

@@ -16,8 +16,8 @@ from typing import Any, Callable
 
 import torch
 
-from sglang_fp32gemm.backends.base import OK, Verdict, sm90_or_later
-from sglang_fp32gemm.backends.cutedsl_tvm import VEC, TvmFfiBackend, check_w, compile_form, cuda_device, operand_x
+from sglang_fp32gemm.backends.base import OK, Verdict, bind_device, sm90_or_later
+from sglang_fp32gemm.backends.cutedsl_tvm import VEC, TvmFfiBackend, check_w, compile_form, operand_x
 
 MAX_M = 4                 # the dot product wins only at the smallest M (issue 15)
 ROWS = (1, 2, 4)
@@ -142,11 +142,7 @@ class CuteDSLDotBackend(TvmFfiBackend):
     def bind_pair(self, cfg: DotConfig, device: torch.device, n: int, n2: int, k: int) -> PairFn:
         """``fn(x, w, w2)``: two GEMMs on the same x in one launch (``DotPairKernel``), each output the bits of
         this form's own call. Both widths must take the form (``check_shape``)."""
-        for width in (n, n2):
-            ok, why = cfg.check_shape(1, width, k)
-            if not ok:
-                raise ValueError(why)
-        device = cuda_device(device)
+        device = bind_device(cfg, device, k, n, n2, cuda_only=True)
         with torch.cuda.device(device):
             f = compile_pair(cfg, n, n2, k)
         f32 = torch.float32

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, Verdict, file_source_tag, nvidia_capability
+from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, Verdict, bind_device, file_source_tag, nvidia_capability
 
 VEC = 8  # bf16 per 16-byte load
 
@@ -92,10 +92,7 @@ class TvmFfiBackend(Backend):
         return cfg.check_shape(m, n, k)
 
     def bind(self, cfg: Any, device: torch.device, n: int, k: int) -> KernelFn:
-        ok, why = cfg.check_shape(1, n, k)
-        if not ok:
-            raise ValueError(why)
-        device = cuda_device(device)
+        device = bind_device(cfg, device, k, n, cuda_only=True)
         with torch.cuda.device(device):
             f = self.compile(cfg, n, k)
         f32 = torch.float32
@@ -109,14 +106,6 @@ class TvmFfiBackend(Backend):
 
         fn.compiled = f  # type: ignore[attr-defined]
         return fn
-
-
-def cuda_device(device: Any) -> torch.device:
-    """``device`` with its index (the current one where it names none); raises if it is not CUDA."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        raise RuntimeError(f"device {device} is not CUDA")
-    return torch.device("cuda", torch.cuda.current_device()) if device.index is None else device
 
 
 def check_w(w: torch.Tensor) -> None:

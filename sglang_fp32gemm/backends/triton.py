@@ -17,14 +17,13 @@ from typing import Callable, ClassVar
 
 import torch
 
-from sglang_fp32gemm.backends.base import MAX_M, Verdict
+from sglang_fp32gemm.backends.base import MAX_M, Verdict, bind_device
 from sglang_fp32gemm.backends.triton_base import (
     Buffers,
     Plan,
     StreamBuffers,
     TileConfig,
     TritonBackend,
-    bind_device,
     fits_smem,
     launch_once,
     split_plans,

@@ -23,8 +23,8 @@ from typing import Any, Callable, ClassVar, Optional
 
 import torch
 
-from sglang_fp32gemm.backends.base import (OK, Backend, KernelFn, NotReadyInCapture, Verdict, file_source_tag,
-                                           sm90_or_later)
+from sglang_fp32gemm.backends.base import (OK, Backend, KernelFn, NotReadyInCapture, Verdict, bind_device,
+                                           file_source_tag, sm90_or_later)
 from sglang_fp32gemm.backends.triton_launch import BoundKernel, current_device_getter, raw_stream_getter
 
 logger = logging.getLogger(__name__)
@@ -224,19 +224,6 @@ class StreamBuffers:
                 self.retired.append(old)
             self.by_stream[stream] = new
             return new
-
-
-def bind_device(cfg: TileConfig, device: Any, k: int, *widths: int) -> torch.device:
-    """``device`` to bind on (a CUDA device without an index: the current one), once ``cfg`` takes every width
-    at (M=1, K); ValueError saying why not."""
-    for n in widths:
-        ok, why = cfg.check_shape(1, n, k)
-        if not ok:
-            raise ValueError(why)
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 class TritonBackend(Backend):
