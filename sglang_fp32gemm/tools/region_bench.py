@@ -194,20 +194,20 @@ def _serial_check(bench, ctx: Ctx, m: int, modes: dict, rec: dict) -> None:
     pairs = region.pairs(ctx.plans["serial"])
     for name, gemm in modes.items():
         fused = pairs if "pair" in gemm else 0
-        calls = {n: region.fp32_calls(spec, n) - (fused if n in (n1, n2) else 0) for n, _ in region.fp32_shapes(spec)}
-        per: dict[Any, float] = {}
+        # What a step calls, a call per width (the pair's at N1 + N2): (fn, width) and how many times.
+        calls: dict[Any, int] = {n: region.fp32_calls(spec, n) - (fused if n in (n1, n2) else 0)
+                                 for n, _ in region.fp32_shapes(spec)}
+        fns: dict[Any, tuple] = {n: (gemm[n], n) for n, c in calls.items() if c}
+        if fused:
+            pair = gemm["pair"]
+            calls["pair"], fns["pair"] = fused, (lambda a, w: pair(a, w[:n1], w[n1:]), n1 + n2)
         try:
-            for n, k in region.fp32_shapes(spec):
-                if calls[n]:
-                    per[n] = bench.timer.per_call(gemm[n], x, _sweep_weights(bench, ctx, n, k))
-            if fused:
-                pair = gemm["pair"]
-                per["pair"] = bench.timer.per_call(lambda a, w: pair(a, w[:n1], w[n1:]), x,
-                                                   _sweep_weights(bench, ctx, n1 + n2, spec.hidden))
+            per = {key: bench.timer.per_call(fn, x, _sweep_weights(bench, ctx, width, spec.hidden))
+                   for key, (fn, width) in fns.items()}
         except Exception as e:  # the check is a note; the row's times stand
             rec["note"][f"{name} alone"] = f"raised {type(e).__name__}: {str(e)[:200]}"
             continue
-        total = (sum(calls[n] * us for n, us in per.items() if n != "pair") + fused * per.get("pair", 0.0)) / spec.layers
+        total = sum(calls[key] * us for key, us in per.items()) / spec.layers
         rec["isolated_us"][name] = {str(n): round(us, 3) for n, us in per.items()}
         rec["isolated_per_layer_us"][name] = round(total, 3)
         why = timing.one_stream_suspect(rec["add_per_layer_us"][name], total)
