@@ -10,7 +10,6 @@ config, the flag/counter buffers (per bound kernel and stream, sized for
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 from typing import Callable, ClassVar
@@ -29,7 +28,6 @@ from sglang_fp32gemm.backends.triton_base import (
     split_plans,
     with_pdl,
 )
-from sglang_fp32gemm.backends.triton_launch import BoundKernel, current_device_getter, raw_stream_getter
 
 logger = logging.getLogger(__name__)
 
@@ -136,18 +134,12 @@ class TritonEpochBackend(TritonBackend):
         this config's single kernel computes it), through Triton's C launcher where ``bind``'s fast path would
         take the call (16-byte aligned pointers, x's row stride a multiple of 16), else the ordinary launch."""
         device = bind_device(cfg, device, k, n, n2)
-        on_cuda = device.type == "cuda"
+        idx = device.index
         f32, bf16, i32 = torch.float32, torch.bfloat16, torch.int32
         specimen = (bf16, bf16, f32, bf16, f32, i32, i32, 1, n, n2, k, k, k, n, n2)
-        kern = BoundKernel(self.get_pair_kernel(), device, specimen, cfg.constexprs(k, upcast=not on_cuda),
-                           cfg.options(on_cuda), try_fast=on_cuda)
-        plan = self.plan(cfg, n + n2)
-        pool = self.buffers(cfg, device, n + n2)
-        idx = device.index
+        kern, plan, pool, get_stream, get_device, on_device = self.launching(
+            self.get_pair_kernel(), specimen, cfg, device, n + n2, k)
         fast, launch = kern.fast, kern.launch
-        get_stream = raw_stream_getter() if on_cuda else (lambda i: 0)
-        get_device = current_device_getter() if on_cuda else (lambda: idx)
-        on_device = (lambda: torch.cuda.device(device)) if on_cuda else contextlib.nullcontext
 
         def fn(x: torch.Tensor, w: torch.Tensor, w2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             m = x.shape[0]
@@ -159,8 +151,9 @@ class TritonEpochBackend(TritonBackend):
                 sxm = x.stride()[0] if m > 1 else k
                 xp, wp, w2p = x.data_ptr(), w.data_ptr(), w2.data_ptr()
                 if not ((xp | wp | w2p | sxm) & 15):
-                    b = pool.get(get_stream(idx), need_s, need_c)
-                    launch(gx, gy, gz, get_stream(idx), xp, wp, out.data_ptr(), w2p, out2.data_ptr(), b.scratch_ptr,
+                    stream = get_stream(idx)
+                    b = pool.get(stream, need_s, need_c)
+                    launch(gx, gy, gz, stream, xp, wp, out.data_ptr(), w2p, out2.data_ptr(), b.scratch_ptr,
                            b.counters_ptr, m, n, n2, k, sxm, k, n, n2)
                     return out, out2
             with on_device():

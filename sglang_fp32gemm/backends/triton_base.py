@@ -19,7 +19,7 @@ import math
 import re
 import threading
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import torch
 
@@ -288,20 +288,28 @@ class TritonBackend(Backend):
         return (torch.bfloat16, torch.bfloat16, torch.float32, self.SCRATCH_DTYPE, torch.int32, 1, n, k, k, k, n)
 
     # -- bind --------------------------------------------------------------------------------------
-    def bind(self, cfg: TileConfig, device: torch.device, n: int, k: int) -> KernelFn:
-        """Compile once for (cfg, device, N, K) and return the hot-path ``fn(x, w)``."""
-        device = bind_device(cfg, device, k, n)
+    def launching(self, jit_fn: Any, specimen: Sequence[Any], cfg: TileConfig, device: torch.device, n: int,
+                  k: int) -> tuple:
+        """What a bound fn of ``jit_fn`` (its run-time arguments as ``specimen``) launches with for ``cfg`` on
+        ``device`` (from ``bind_device``), over N rows of W: (BoundKernel, plan, per-stream buffers,
+        ``get_stream(index)``, ``get_device()``, ``on_device()``)."""
         on_cuda = device.type == "cuda"
         idx = device.index
-        kern = BoundKernel(self.get_kernel(), device, self.specimen(n, k), cfg.constexprs(k, upcast=not on_cuda),
-                           cfg.options(on_cuda), try_fast=on_cuda)
-        plan = self.plan(cfg, n)
-        pool = self.buffers(cfg, device, n)
-        by_stream, replace = pool.by_stream, pool.replace
-        fast, launch, slow = kern.fast, kern.launch, kern.slow
+        kern = BoundKernel(jit_fn, device, specimen, cfg.constexprs(k, upcast=not on_cuda), cfg.options(on_cuda),
+                           try_fast=on_cuda)
         get_stream = raw_stream_getter() if on_cuda else (lambda i: 0)
         get_device = current_device_getter() if on_cuda else (lambda: idx)
         on_device = (lambda: torch.cuda.device(device)) if on_cuda else contextlib.nullcontext
+        return kern, self.plan(cfg, n), self.buffers(cfg, device, n), get_stream, get_device, on_device
+
+    def bind(self, cfg: TileConfig, device: torch.device, n: int, k: int) -> KernelFn:
+        """Compile once for (cfg, device, N, K) and return the hot-path ``fn(x, w)``."""
+        device = bind_device(cfg, device, k, n)
+        idx = device.index
+        kern, plan, pool, get_stream, get_device, on_device = self.launching(
+            self.get_kernel(), self.specimen(n, k), cfg, device, n, k)
+        by_stream, replace = pool.by_stream, pool.replace
+        fast, launch, slow = kern.fast, kern.launch, kern.slow
         f32 = torch.float32
 
         def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
