@@ -33,9 +33,7 @@ def main(out_path: str) -> None:
     torch_fn = timing.torch_fn(dev)
     ws = [(a, b) for a, b in zip(timer.weights(N1, K, dev), timer.weights(N2, K, dev))]
     rows = {r.M: r for r in read_csv_file(PAIR_TABLE) if r.K == K}
-    by_lib = {}
-    for b in default_backends()["cutedsl"] + default_backends()["triton"]:
-        by_lib.setdefault(b.name, b)
+    pair_backends = [b for bs in default_backends().values() for b in bs if hasattr(b, "bind_pair")]
     os.environ["SGLANG_ENABLE_FLYDSL_FP32_GEMM"] = "1"
     plain = routing.reset_router()
     os.environ["SGLANG_FLYDSL_FP32_GEMM_CONFIG"] = ":".join(
@@ -53,9 +51,7 @@ def main(out_path: str) -> None:
         rec = {"M": m, "row": row.kernelName if row else None, "wall_us": {}, "enqueue_us": {}, "exact": {},
                "note": {}}
         if row is not None:
-            for b in by_lib.values():
-                if not hasattr(b, "bind_pair"):
-                    continue
+            for b in pair_backends:
                 try:
                     cfg = b.parse(row.kernelName)
                 except ValueError:
