@@ -199,7 +199,7 @@ def test_shape_order_puts_decode_sizes_and_the_first_k_first():
 def test_tune_defaults():
     a = tune.parser().parse_args([])
     assert a.m == [1, 2, 4, 8, 16, 32, 48, 64, 96, 128]
-    assert a.n == [512, 1024, 2048, 2560] and a.k == [7168, 4096]
+    assert a.n is None and a.k == [7168, 4096] and not a.pair  # N: common.N_DSV4, or with --pair the joined widths
     assert a.min_gain == 0.02 and tuner.parse_caps(a.max_per_backend) == {"cutedsl": 4} and a.rank == "isolated"
     a = tune.parser().parse_args(["--k", "4096", "--budget-s", "300", "--max-per-backend", "cutedsl=2", "x=1"])
     assert a.k == [4096] and a.budget_s == 300 and tuner.parse_caps(a.max_per_backend) == {"cutedsl": 2, "x": 1}
@@ -409,6 +409,114 @@ def test_rank_region_times_the_finalists_in_the_region_model_of_the_shape(tmp_pa
     t.shape(m, 32, 64, [m], tuner.gather_candidates([f.backend], m, 32, 64, [m], {}, log))
     torch_lines = [x for x in log_lines(tmp_path / "log.jsonl") if x.get("event") == "torch" and "setting" in x]
     assert torch_lines[-1]["setting"] == "chain"
+
+
+class PairFakes:
+    """For ``--pair``: a backend with a pair form (``bind_pair``) whose one launch adds ``PAIR_COST`` to the
+    serial step it runs in and takes ``ALONE`` alone (alone plain_a is fastest, in the step plain_b adds least);
+    torch adds 9 a call there (18 a pair) and takes 10 a call alone. ``bf16_q`` rounds its products (the gate
+    must reject it) and ``wide`` does not take the narrower width (never offered)."""
+
+    ALONE = {"plain_a": 4.0, "plain_b": 5.0, "plain_c": 6.0, "bf16_q": 1.0, "wide": 1.0}
+    PAIR_COST = {"plain_a": 12.0, "plain_b": 6.0, "plain_c": 8.0, "bf16_q": 1.0, "wide": 1.0}
+
+    def __init__(self):
+        self.added: list[float] = []  # what each call made in a step adds to it
+        self.alone: list[float] = []  # what each call takes alone
+        self.pair_binds: list[tuple] = []
+        fakes = self
+
+        class Backend(FakeBackend):
+            def supports(self, cfg, m, n, k):
+                return (False, "too narrow") if cfg.name == "wide" and n < 128 else OK
+
+            def bind_pair(self, cfg, device, n, n2, k):
+                fakes.pair_binds.append((cfg.name, n, n2, k))
+
+                def pair(x, w1, w2):
+                    assert (w1.shape[0], w2.shape[0]) == (n, n2)
+                    fakes.added.append(fakes.PAIR_COST[cfg.name])
+                    fakes.alone.append(fakes.ALONE[cfg.name])
+                    outs = tuple(x.float() @ w.float().t() for w in (w1, w2))
+                    return tuple(o.bfloat16().float() for o in outs) if cfg.name.startswith("bf16") else outs
+                return pair
+
+        class Timer(FakeTimer):
+            def per_call(self, fn, x, weights, replays=15):
+                fakes.alone.clear()
+                out = fn(x, weights[0])
+                assert [o.shape for o in out] == [(x.shape[0], 64), (x.shape[0], 128)]  # timed as one launch
+                return sum(fakes.alone)
+
+            def step(self, step, replays=20, refresh=None):
+                if refresh is not None:
+                    refresh()
+                fakes.added.clear()
+                outs = step()
+                return 1000.0 + sum(fakes.added), outs
+
+        self.backend = Backend("fast", "triton", self.ALONE)
+        self.single = FakeBackend("single", "cutedsl", {"only_single": 1.0})  # no pair form: not offered
+        self.timer = Timer()
+
+    def torch_fn(self, x, w):
+        self.added.append(9.0)
+        self.alone.append(10.0)
+        return x.float() @ w.float().t()
+
+
+def tiny_pairs(monkeypatch):
+    """The tiny model's ratio-4 layer pairs N=64 and N=128 at K=64 (joined 192), as V4-Pro's pairs 512 and 2048."""
+    tiny = region.MODELS["tiny"]
+    assert region.pair_widths(tiny) == (64, 128)
+    monkeypatch.setattr(region, "pair_spec_for", lambda n, k: tiny if (n, k) == (192, 64) else None)
+
+
+def test_rank_pairs_by_what_one_launch_of_both_adds_to_the_serial_schedule(tmp_path, monkeypatch):
+    """--pair: the candidates are the pair forms at the joined width (the backend without one, the config that does
+    not take both widths and the rounding one are not offered or rejected); each is timed alone as one launch, then
+    as the tiny model's one ratio-4 layer's two GEMMs in the serial schedule, the other fp32 GEMM left out, against
+    torch's two calls. plain_b adds least there (6 against torch's 18); the row names its single kernel."""
+    tiny_pairs(monkeypatch)
+    f = PairFakes()
+    log = common.JsonLog(str(tmp_path / "log.jsonl"))
+    forms = tuner.pair_forms([f.backend, f.single], 64, 128)
+    assert [b.name for b in forms] == ["fast"]
+    cands = tuner.gather_candidates(forms, 1, 192, 64, [1], {}, log)
+    assert sorted(c.kernel for c in cands) == ["bf16_q", "plain_a", "plain_b", "plain_c"]
+    t = tuner.Tuner(forms, torch.device("cpu"), f.timer, log, top=3, rank="serial", torch_fn=f.torch_fn, pair=True)
+    r = t.shape(1, 192, 64, [1], cands)
+    assert (r.fast.backend, r.fast.kernel, r.fast.us, r.torch_us, r.torch_alone_us) == ("fast", "plain_b", 6.0, 18.0,
+                                                                                        20.0)
+    assert {b[1:] for b in f.pair_binds} == {(64, 128, 64)}
+    lines = log_lines(tmp_path / "log.jsonl")
+    assert {x["kernel"]: x["status"] for x in lines if x.get("phase") == "check"} == {"bf16_q": "rejected"}
+    ranked = {x["kernel"]: (x["us"], x["isolated_us"], x["setting"]) for x in lines if x.get("phase") == "serial"
+              and "kernel" in x}
+    assert ranked == {c: (f.PAIR_COST[c], f.ALONE[c], "region:tiny:serial:pair") for c in ("plain_a", "plain_b",
+                                                                                          "plain_c")}
+    with pytest.raises(ValueError, match="serial schedule only"):
+        tuner.Tuner(forms, torch.device("cpu"), f.timer, log, rank="region", pair=True)
+
+
+def test_tune_pair_writes_the_pair_table_and_refuses_widths_no_model_pairs(tmp_path, monkeypatch, capsys):
+    tiny_pairs(monkeypatch)
+    f = PairFakes()
+    args = tune_args(tmp_path, m=[1, 8], n=[192], k=[64], rank="serial", pair=True, out=None, out_det=None)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(timing, "torch_fn", lambda device: f.torch_fn)
+    assert tune.run(args, backends=[f.backend, f.single], device=torch.device("cpu"), timer=f.timer) == 0
+    assert sorted(p.name for p in tmp_path.glob("*.csv")) == ["sm90_pair.csv"]
+    rows = parse_csv(open(tmp_path / "sm90_pair.csv").read(), "sm90_pair.csv")
+    assert [(r.M, r.N, r.K, r.libtype, r.kernelName) for r in rows] == [(1, 192, 64, "triton", "plain_b"),
+                                                                       (8, 192, 64, "triton", "plain_b")]
+    args = tune_args(tmp_path, m=[1], n=[128], k=[64], rank="serial", pair=True)
+    assert tune.run(args, backends=[f.backend], device=torch.device("cpu"), timer=f.timer) == 2
+    assert "no model's ratio-4 layer pairs" in capsys.readouterr().err
+    assert region.joined_widths([7168, 4096]) == [2560] and region.joined_widths([5120]) == []
+    with pytest.raises(SystemExit):
+        tune.main(["--pair"])  # the serial schedule is where pairs run: --rank serial too
+    assert "--rank serial" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("rank,schedule", [("serial", "serial"), ("region", "overlapped")])

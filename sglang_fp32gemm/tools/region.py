@@ -117,6 +117,8 @@ MODELS = {
     # CPU tests only: tiny dims, one HCA and one CSA layer after a sliding-window one.
     "tiny": ModelSpec("tiny", 64, 16, 32, 48, 4, 16, (0, 128, 4), source="tests"),
 }
+#: The models the tables serve.
+SHIPPED = (MODELS["pro"], MODELS["flash"])
 
 
 def compressor_n(spec: ModelSpec, ratio: int) -> int:
@@ -204,10 +206,23 @@ def fp32_calls(spec: ModelSpec, n: Optional[int] = None) -> int:
 
 def spec_for(n: int, k: int) -> Optional[ModelSpec]:
     """The shipped model (V4-Pro, V4-Flash) that runs an fp32 GEMM of this (N, K), or None."""
-    for spec in (MODELS["pro"], MODELS["flash"]):
+    for spec in SHIPPED:
         if (n, k) in fp32_shapes(spec):
             return spec
     return None
+
+
+def pair_spec_for(n: int, k: int) -> Optional[ModelSpec]:
+    """The shipped model whose ratio-4 layers pair two fp32 GEMMs of joined width ``n`` (``PAIR``) at ``k``."""
+    for spec in SHIPPED:
+        if spec.hidden == k and sum(pair_widths(spec)) == n:
+            return spec
+    return None
+
+
+def joined_widths(ks: Sequence[int]) -> list[int]:
+    """The joined widths N1 + N2 of the shipped models' pairs at these K."""
+    return sorted({sum(pair_widths(s)) for s in SHIPPED if s.hidden in ks})
 
 
 def schedule_for(m: int, device=None) -> str:

@@ -52,6 +52,15 @@ graph, where it beats torch alone and either torch won the rank or it beats
 the ranked winner's kernel alone too, by --min-gain (eager calls run alone,
 with no graph; the router gives them that row).
 
+Pairs: --pair (with --rank serial) tunes the pair table (--out NAME_pair.csv,
+pairs.py): N is a ratio-4 layer's two compressor GEMMs joined (N1 + N2: 512 +
+2048 = 2560 in V4-Pro and V4-Flash, the default), the candidates are the pair
+forms of the backends that have one (cutedsl-dot, Triton), torch is its two
+calls, and each is ranked by what one pair adds to the serial schedule. A row
+names the kernel whose pair form won, where it beats torch's two calls by
+--min-gain; whether it also beats the serial table's two kernels is for
+`bench --region` (its routed+pair column) to say before a pair table ships.
+
 Budget: --budget-s stops cleanly between candidates, keeps every finished
 shape and writes the tables; they are also rewritten after every shape, so a
 run killed from outside keeps what it finished; SIGTERM (``timeout``) stops
@@ -73,7 +82,7 @@ import torch
 
 from sglang_fp32gemm import backends as backend_registry
 from sglang_fp32gemm.table import TunedRow, device_key, format_rows
-from sglang_fp32gemm.tools import common, timing
+from sglang_fp32gemm.tools import common, region, timing
 from sglang_fp32gemm.tools.buckets import grid_buckets, shape_order
 from sglang_fp32gemm.tools.cli import Parser, add_capture, positive_int
 from sglang_fp32gemm.tools.precompile import precompile
@@ -81,7 +90,7 @@ from sglang_fp32gemm.tools.progress import Progress
 from sglang_fp32gemm.tools.stopping import Budget, Stop
 from sglang_fp32gemm.tools.tune_rows import (ShapeResult, build_eager_rows, build_rows, cutedsl_compiles,
                                               eager_row, wins)
-from sglang_fp32gemm.tools.tuner import RANKS, Tuner, gather_candidates, parse_caps
+from sglang_fp32gemm.tools.tuner import RANKS, Tuner, gather_candidates, pair_forms, parse_caps
 
 M_DEFAULT = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
 K_DEFAULT = (common.K_PRO, common.K_FLASH)
@@ -109,7 +118,8 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
     if key is None:
         print("no table key for this device", file=sys.stderr)
         return 2
-    out = args.out or f"{key.gfx}{'_serial' if args.rank == 'serial' else ''}.csv"
+    suffix = "_pair" if args.pair else "_serial" if args.rank == "serial" else ""
+    out = args.out or f"{key.gfx}{suffix}.csv"
     out_det = args.out_det or f"{os.path.splitext(out)[0]}_deterministic.csv"
     out_eager = args.out_eager or f"{os.path.splitext(out)[0]}_eager.csv"
     summary_path = args.summary or f"{os.path.splitext(out)[0]}_summary.json"
@@ -124,19 +134,29 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
     if args.backends:
         backends = [b for b in backends if b.name in set(args.backends)]
     usable = usable_backends(backends, log)
+    ns = args.n or (region.joined_widths(args.k) if args.pair else list(common.N_DSV4))
+    shapes = shape_order(grid, ns, args.k)
+    if args.pair:
+        unpaired = sorted({(n, k) for _, n, k in shapes if region.pair_spec_for(n, k) is None})
+        if unpaired:
+            print(f"--pair: no model's ratio-4 layer pairs two fp32 GEMMs of joined width N at K for (N, K) in "
+                  f"{unpaired} (pairs: {region.joined_widths(args.k)} at these K)", file=sys.stderr)
+            return 2
 
-    shapes = shape_order(grid, args.n, args.k)
-    cands = {s: gather_candidates(usable, s[0], s[1], s[2], buckets[s[0]], caps, log) for s in shapes}
+    def offered(n: int, k: int) -> list:  # with --pair, the pair forms of the backends that have one
+        return pair_forms(usable, *region.pair_widths(region.pair_spec_for(n, k))) if args.pair else usable
+
+    cands = {s: gather_candidates(offered(s[1], s[2]), s[0], s[1], s[2], buckets[s[0]], caps, log) for s in shapes}
     per_backend = dict(collections.Counter(c.backend.name for cs in cands.values() for c in cs))
     print(f"{len(shapes)} shapes, candidates per backend: {per_backend}", flush=True)
     jobs = [(c.backend.name, c.kernel, s[0], s[1], s[2]) for s in shapes for c in cands[s]]
     tuner = Tuner(usable, device, timer, log, caps=caps, top=args.top, screen_replays=args.screen_replays,
                   final_replays=args.final_replays, budget=budget, rank=args.rank,
-                  rounds=args.rounds)
+                  rounds=args.rounds, pair=args.pair)
     results: list[ShapeResult] = []
     stopped = None
 
-    serial = args.rank == "serial"
+    serial = args.rank == "serial"  # with --pair too
 
     def write_tables() -> tuple[list[TunedRow], list[TunedRow], list[TunedRow]]:
         # A serial table lies over the fast one: a grid M it did not reach must leave the fast row be.
@@ -157,7 +177,7 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
     # `timeout` sends SIGTERM: stop like the budget does, keeping what is finished.
     try:
         with budget.sigterm():
-            if device.type == "cuda":
+            if device.type == "cuda" and not args.pair:  # the workers compile single forms; pairs compile here
                 precompile(jobs, args.workers, budget.at(args.precompile_share), log)
             for s in shapes:
                 m, n, k = s
@@ -223,7 +243,9 @@ def parser() -> Parser:
     ap = Parser("python -m sglang_fp32gemm tune", __doc__)
     ap.add_argument("--m", type=positive_int, nargs="+", default=list(M_DEFAULT),
                     help="the M grid (default %(default)s)")
-    ap.add_argument("--n", type=positive_int, nargs="+", default=list(common.N_DSV4))
+    ap.add_argument("--n", type=positive_int, nargs="+", default=None,
+                    help=f"the N grid (default {' '.join(map(str, common.N_DSV4))}; with --pair the joined widths "
+                         "of the models at --k)")
     ap.add_argument("--k", type=positive_int, nargs="+", default=list(K_DEFAULT), help="K values, most important first")
     ap.add_argument("--min-gain", type=float, default=0.02,
                     help="a row only where the kernel is this much faster than torch (default 2%%)")
@@ -237,6 +259,9 @@ def parser() -> Parser:
                          "in SGLang's decode region, or in its serial schedule at every M (the serial table) "
                          "(the tables' us column is then that) (default %(default)s)")
     ap.add_argument("--rounds", type=positive_int, default=3, help="interleaved rounds of --rank chain/region")
+    ap.add_argument("--pair", action="store_true",
+                    help="with --rank serial: tune the pair table (one launch for a ratio-4 layer's two compressor "
+                         "GEMMs; --out default <gfx>_pair.csv)")
     add_capture(ap)
     ap.add_argument("--screen-replays", type=positive_int, default=7)
     ap.add_argument("--final-replays", type=positive_int, default=15)
@@ -262,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         parse_caps(args.max_per_backend)
     except ValueError as e:
         ap.error(str(e))
+    if args.pair and args.rank != "serial":
+        ap.error("--pair ranks pairs where SGLang runs them, in the serial schedule: give --rank serial too")
     if not torch.cuda.is_available():
         print("tune needs a CUDA GPU", file=sys.stderr)
         return 2

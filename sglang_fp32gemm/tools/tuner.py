@@ -13,6 +13,12 @@ fp32 GEMMs left out; the chain where no model has the shape; ``serial`` the
 same in the serial schedule at every M (what SGLang runs outside its
 multi-stream region: the serial table). An isolated winner need not win there
 (docs/benchmarks/README.md, run 10).
+
+Pairs (``pair=True``, serial rank only): the shape's N is a ratio-4 layer's two
+GEMMs joined (``region.PAIR``: the indexer's compressor and the layer's, N1 + N2),
+the candidates are the backends' pair forms (``PairForm``: one launch for both),
+torch is its two calls, and a call is what one pair adds to the serial schedule:
+the pair table (pairs.py).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 import torch
 
-from sglang_fp32gemm import exactness
+from sglang_fp32gemm import exactness, pairs
 from sglang_fp32gemm.tools import common, region, timing
 from sglang_fp32gemm.tools.stopping import Budget
 from sglang_fp32gemm.tools.tune_rows import Pick, ShapeResult
@@ -42,6 +48,65 @@ class Candidate:
     @property
     def label(self) -> str:
         return f"{self.backend.name}:{self.kernel}"
+
+
+class PairForm:
+    """A backend's pair form as the tuner ranks it: the backend's own names, kernel names and configs (those
+    that take both widths), bound at the joined width N1 + N2 as ``pairs.PairBinder`` binds it: ``fn(x, w)`` is
+    both products side by side (what the exactness gate checks against x @ w^T), ``fn.pair(x, w1, w2)`` the
+    one launch that is timed."""
+
+    eager_ok = False  # the pair table serves captured and eager calls alike; no eager table is written
+
+    def __init__(self, backend: Any, n1: int, n2: int):
+        self.backend, self.n1, self.n2 = backend, n1, n2
+        self.name, self.libtype = backend.name, backend.libtype
+        self._binder = pairs.PairBinder(backend, n1, n2)
+
+    def candidates(self, m: int, n: int, k: int) -> list:
+        return [c for c in self.backend.candidates(m, n, k) if self.supports(c, m, n, k)[0]]
+
+    def supports(self, cfg: Any, m: int, n: int, k: int) -> tuple[bool, str]:
+        """Whether the form takes both widths at this M (a pair form is the single form's tiles over two W)."""
+        if n != self.n1 + self.n2:
+            return False, f"N={n} is not {self.n1} + {self.n2}"
+        for width in (self.n1, self.n2):
+            ok, why = self.backend.supports(cfg, m, width, k)
+            if not ok:
+                return False, f"N={width}: {why}"
+        return True, "ok"
+
+    def parse(self, kernel: str) -> Any:
+        return self.backend.parse(kernel)
+
+    def kernel_name(self, cfg: Any) -> str:
+        return self.backend.kernel_name(cfg)
+
+    def deterministic(self, cfg: Any) -> bool:
+        return self.backend.deterministic(cfg)
+
+    def ctas(self, cfg: Any, m: int, n: int, k: int) -> Optional[int]:
+        return self.backend.ctas(cfg, m, n, k)
+
+    def bind(self, cfg: Any, device, n: int, k: int) -> Callable:
+        return self._binder.bind(cfg, device, n, k)
+
+
+def pair_forms(backends: Iterable, n1: int, n2: int) -> list[PairForm]:
+    """The backends that have a pair form (``bind_pair``), as ``PairForm``s of widths ``n1`` and ``n2``."""
+    return [PairForm(b, n1, n2) for b in backends if hasattr(b, "bind_pair")]
+
+
+def torch_pair(torch_fn: Callable, n1: int) -> Callable:
+    """Torch's side of a pair: its two calls, as a ``PairForm`` binds a pair (``fn.pair`` the two calls)."""
+    def pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch_fn(x, w1), torch_fn(x, w2)
+
+    def joined(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.cat(pair(x, w[:n1], w[n1:]), dim=1)
+
+    joined.pair = pair  # type: ignore[attr-defined]
+    return joined
 
 
 def parse_caps(items: Iterable[str]) -> dict[str, int]:
@@ -116,10 +181,13 @@ class Tuner:
     def __init__(self, backends: list, device, timer, log: common.JsonLog, *, caps: dict[str, int] | None = None,
                  top: int = 3, screen_replays: int = 7, final_replays: int = 15,
                  budget: Optional[Budget] = None, torch_fn: Optional[Callable] = None, rank: str = "isolated",
-                 rounds: int = 3):
+                 rounds: int = 3, pair: bool = False):
         if rank not in RANKS:
             raise ValueError(f"rank {rank!r}: one of {', '.join(RANKS)}")
+        if pair and rank != "serial":
+            raise ValueError("pairs are ranked in the serial schedule only (rank 'serial'), where SGLang runs them")
         self.rank = rank
+        self.pair = pair
         self.rounds = rounds
         self.backends = backends
         self.device = device
@@ -144,6 +212,25 @@ class Tuner:
     def _fn(self, c: Candidate, n: int, k: int):
         return self.binds.get(c.backend, c.cfg, c.kernel, self.device, n, k)
 
+    def widths(self, n: int, k: int) -> tuple[int, int]:
+        """A pair shape's two widths: those of the model whose ratio-4 layers join to N at K."""
+        spec = region.pair_spec_for(n, k)
+        if spec is None:
+            raise ValueError(f"no model's ratio-4 layer pairs two fp32 GEMMs of joined width N={n} at K={k}")
+        return region.pair_widths(spec)
+
+    def torch_of(self, n: int, k: int) -> Callable:
+        """Torch's fn for the shape: with pairs, its two calls (``torch_pair``)."""
+        return torch_pair(self.torch_fn, self.widths(n, k)[0]) if self.pair else self.torch_fn
+
+    def alone(self, fn: Callable, n: int, k: int) -> Callable:
+        """``fn`` as timed alone: a pair's one launch (its ``pair`` on the halves of w), not the joined output
+        that the exactness gate checks (whose concatenation would be timed too)."""
+        if not self.pair:
+            return fn
+        n1 = self.widths(n, k)[0]
+        return lambda x, w: fn.pair(x, w[:n1], w[n1:])
+
     def _rec(self, c: Candidate, m, n, k, **kw) -> None:
         self.log.write(event="candidate", M=m, N=n, K=k, backend=c.backend.name, libtype=c.backend.libtype,
                        kernel=c.kernel, deterministic=c.deterministic, **kw)
@@ -163,27 +250,38 @@ class Tuner:
 
     def time(self, c: Candidate, m: int, n: int, k: int, x: torch.Tensor, replays: int) -> Optional[float]:
         try:
-            return self.timer.per_call(self._fn(c, n, k), x, self.weights(n, k), replays=replays)
+            return self.timer.per_call(self.alone(self._fn(c, n, k), n, k), x, self.weights(n, k), replays=replays)
         except Exception as e:
             self._rec(c, m, n, k, phase="time", status="error", error=f"{type(e).__name__}: {str(e)[:300]}")
             return None
 
     def setting(self, m: int, n: int, k: int, x: torch.Tensor) -> Setting:
         """Where ``rank`` times the finalists: the region model of the shape's model (serial at every M for
-        ``serial``: SGLang's steps outside its multi-stream region), else the chain."""
+        ``serial``: SGLang's steps outside its multi-stream region), else the chain. A pair (``pair``) is timed
+        in the serial schedule with each ratio-4 layer's two GEMMs one call of it, the other fp32 GEMMs left out."""
+        if self.pair:
+            spec = region.pair_spec_for(n, k)
+            weights, streams = self._region(spec)
+            plans = region.plan(spec, "serial")
+            steps = region.Steps(spec, plans, weights, x, streams)
+            return Setting(f"region:{spec.name}:serial:pair", region.pairs(plans),
+                           lambda fn: steps.of(None if fn is None else {"pair": fn.pair}), steps.operands)
         spec = region.spec_for(n, k) if self.rank in ("region", "serial") else None
         if spec is None:
             weights = timing.chain_weights(CHAIN_LAYERS, n, k, self.device)
             return Setting("chain", CHAIN_LAYERS, lambda fn: timing.chain_step(x, weights, fn),
                            lambda: [(x, w) for w in weights["wf"]])
-        if spec.name not in self._regions:
-            self._regions[spec.name] = (region.make_weights(spec, self.device), region.Streams(self.device))
-        weights, streams = self._regions[spec.name]
+        weights, streams = self._region(spec)
         schedule = "serial" if self.rank == "serial" else region.schedule_for(m, self.device)
         steps = region.Steps(spec, region.plan(spec, schedule), weights, x, streams)
         return Setting(f"region:{spec.name}:{schedule}", region.fp32_calls(spec, n),
                        lambda fn: steps.of(None if fn is None else {n: fn}),
                        steps.operands, schedule == "serial")
+
+    def _region(self, spec: region.ModelSpec) -> tuple:
+        if spec.name not in self._regions:
+            self._regions[spec.name] = (region.make_weights(spec, self.device), region.Streams(self.device))
+        return self._regions[spec.name]
 
     def rerank(self, m: int, n: int, k: int, x: torch.Tensor, final: list,
                torch_alone_us: Optional[float] = None) -> Optional[tuple[float, list]]:
@@ -203,7 +301,7 @@ class Tuner:
         not run, nothing is ranked (None).
         """
         where = self.setting(m, n, k, x)
-        fns = {"": None, "torch": self.torch_fn}
+        fns = {"": None, "torch": self.torch_of(n, k)}
         for _, c, _ in final:
             try:
                 fns[c.label] = self._fn(c, n, k)
@@ -278,7 +376,8 @@ class Tuner:
     def shape(self, m: int, n: int, k: int, bucket: list[int], cands: list[Candidate]) -> ShapeResult:
         x = exactness.random_bf16(m, k, device=self.device)
         weights = self.weights(n, k)
-        torch_us = self.timer.per_call(self.torch_fn, x, weights, replays=self.screen_replays)
+        torch_alone = self.alone(self.torch_of(n, k), n, k)
+        torch_us = self.timer.per_call(torch_alone, x, weights, replays=self.screen_replays)
         self.log.write(event="torch", phase="screen", M=m, N=n, K=k, us=torch_us)
         screened: list[tuple[float, Candidate, exactness.Check]] = []
         rejected = 0
@@ -313,7 +412,7 @@ class Tuner:
             finalists += list(by_kind.values())
         seen, final = set(), []
         self.budget.check()
-        torch_us = self.timer.per_call(self.torch_fn, x, weights, replays=self.final_replays)
+        torch_us = self.timer.per_call(torch_alone, x, weights, replays=self.final_replays)
         self.log.write(event="torch", phase="final", M=m, N=n, K=k, us=torch_us)
         for _, c, res in finalists:
             if c.label in seen:

@@ -7,10 +7,12 @@
 # kernel; torch, Triton alone and ll_bf16 in the same process; then the targets check and explain's routes;
 # then eager_pair.py: the host and wall time of the pair's two GEMMs as eager calls (two routed calls, one
 # pair launch, torch twice). About 350-450 s; timeout_s 540.
+#   bash docs/benchmarks/h200/run21/pair_b.sh [PAIR_TABLE]   # default: the candidate rows; or call C's tuned table
 set -uo pipefail
 . docs/benchmarks/h200/run20/common.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-export SGLANG_FLYDSL_FP32_GEMM_CONFIG=docs/benchmarks/h200/run21/sm90_candidate_pair.csv
+export SGLANG_FLYDSL_FP32_GEMM_CONFIG=${1:-docs/benchmarks/h200/run21/sm90_candidate_pair.csv}
+echo "pair table: $SGLANG_FLYDSL_FP32_GEMM_CONFIG"
 o=$OUT/pair_b; mkdir -p "$o"
 SGLANG_ENABLE_FLYDSL_FP32_GEMM=1 timeout -k 5 60 python3 -m sglang_fp32gemm explain --max-m 32 > "$o/explain.txt" 2>&1
 echo "explain rc=$?"; grep -A9 "N=512+2048 K=7168" "$o/explain.txt" | cut -c1-200

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Run 21, call C (device, from the repository root; carry .cutedsl .devsite .vllm_ll; timeout_s 590). The pair
+# table from the tuner rather than by hand (run21/sm90_candidate_pair.csv took the serial table's N=2560 kernels):
+#  1. tune --rank serial --pair, V4-Pro (K=7168), M 1 2 4 8 16, the pair forms of cutedsl-dot (M <= 4) and Triton:
+#     each candidate's one launch ranked by what it adds to the serial schedule as every ratio-4 layer's two
+#     compressor GEMMs, against torch's two calls. About 240 s (compiles in the process: no precompile for pairs).
+#  2. region_ab (run20/common.sh): A = the tuned pair table laid over the packaged tables (the plugin's own pair
+#     routing, route-checked), B = the packaged tables; serial M 1, 2, 4, 8, 16; A B A B with ll_bf16 in each
+#     process. A pair row ships where A beats B in both pairs and A's routed is <= 0.9x ll_bf16. ~4 x 60 s.
+set -uo pipefail
+. docs/benchmarks/h200/run20/common.sh
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+d=$OUT/pair_tune; mkdir -p "$d"
+rows=$d/sm90_21c_pair.csv
+timeout -k 10 280 python3 -m sglang_fp32gemm tune --rank serial --pair --backends cutedsl-dot triton \
+  --m 1 2 4 8 16 --k 7168 --budget-s 240 --out "$rows" --summary "$d/summary.json" \
+  --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
+echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 8 | cut -c1-220
+[ -s "$rows" ] && [ "$(grep -vc '^gfx' "$rows")" -gt 0 ] || { echo "no pair rows"; exit 0; }
+grep -v '^gfx' "$rows" | cut -d, -f3-5,11,14,15
+region_ab "$rows" 70 --region-m 1,2,4,8,16 --region-schedule serial
+nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
