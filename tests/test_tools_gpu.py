@@ -113,6 +113,38 @@ def test_tune_rank_on_the_gpu(tmp_path, plain_router, rank, setting):
         assert abs(r["us"] - torch_ranked[0]["us"]) <= 0.3 * torch_ranked[0]["us"] + 0.5, (r, torch_ranked)
 
 
+class TorchPairFake(TorchFake):
+    """With a pair form: cuBLAS twice (``rounded``: both rounded, the gate must reject it)."""
+
+    def bind_pair(self, cfg, device, n, n2, k):
+        one = self.bind(cfg, device, n, k)
+        return lambda x, w1, w2: (one(x, w1), one(x, w2))
+
+
+@cuda
+def test_tune_pair_on_the_gpu(tmp_path, plain_router):
+    """--pair: V4-Flash's pair (512 + 2048 at K=4096) ranked in its serial schedule; cuBLAS twice adds about what
+    torch's two calls add, and the pair table names the kernel."""
+    out = tmp_path / "t_pair.csv"
+    args = tune.parser().parse_args(["--m", "4", "--k", "4096", "--workers", "0", "--rank", "serial", "--pair",
+                                     "--out", str(out), "--log", str(tmp_path / "log.jsonl")])
+    args.device_key = None
+    assert tune.run(args, backends=[TorchPairFake("good"), TorchPairFake("bad", rounded=True), TorchFake("single")],
+                    device=torch.device("cuda")) == 0
+    recs = list(common.read_jsonl(str(tmp_path / "log.jsonl")))
+    assert {r["backend"] for r in recs if r.get("event") == "candidate"} == {"good", "bad"}
+    assert all(r["status"] == "rejected" for r in recs if r.get("backend") == "bad" and r.get("phase") == "check")
+    ranked = [r for r in recs if r.get("phase") == "serial" and r.get("status") == "ok"]
+    torch_ranked = [r for r in recs if r.get("event") == "torch" and r.get("phase") == "serial"]
+    assert len(ranked) == 2 and len(torch_ranked) == 1 and all(r["N"] == 2560 for r in ranked)
+    assert {r["setting"] for r in ranked + torch_ranked} == {"region:flash:serial:pair"}
+    for r in ranked:
+        assert 0 < r["us"] < 100 and r["isolated_us"] > 0
+        assert abs(r["us"] - torch_ranked[0]["us"]) <= 0.3 * torch_ranked[0]["us"] + 0.5, (r, torch_ranked)
+    rows = parse_csv(out.read_text(), str(out))
+    assert [(r.M, r.N, r.K) for r in rows] in ([], [(4, 2560, 4096)])  # cuBLAS against cuBLAS: a row or a torch row
+
+
 @cuda
 def test_bench_every_mode_on_the_gpu(tmp_path, plain_router):
     out = tmp_path / "b"

@@ -6,7 +6,7 @@
 # us against 9.46 for one N=2560 call) say one launch for both would save 3-4 us a ratio-4 layer, 1.5-2 us a
 # V4-Pro layer. This call measures it before the plugin does it:
 #   1. the pair forms' GPU tests (cutedsl-dot's and Triton's: both outputs exact, NaN-poisoned, under graph
-#      replay; the dot pair's outputs the single form's bits);
+#      replay; the dot pair's outputs the single form's bits), and `tune --pair`'s CUDA path (cuBLAS fakes);
 #   2. bench --region, V4-Pro, serial, M 1, 2, 4, 8, 16: the `routed+pair` column is the routed column with each
 #      ratio-4 layer's two GEMMs one launch of a pair form: the serial table's N=2560 row's kernel where its
 #      backend has one (cutedsl-dot at M 1-2, Triton at M 4-8), else Triton's tuned N=2560 form (M=16, whose row
@@ -16,8 +16,8 @@ set -uo pipefail
 . docs/benchmarks/h200/run20/common.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 mkdir -p "$OUT/pair"
-timeout -k 5 150 python3 -m pytest -v -p no:cacheprovider -n 0 -k pair tests/test_cutedsl_dot_gpu.py \
-  tests/test_triton_gpu.py > "$OUT/pair/pytest_pair_gpu.txt" 2>&1
+timeout -k 5 180 python3 -m pytest -v -p no:cacheprovider -n 0 -k pair tests/test_cutedsl_dot_gpu.py \
+  tests/test_triton_gpu.py tests/test_tools_gpu.py > "$OUT/pair/pytest_pair_gpu.txt" 2>&1
 echo "pair gpu tests rc=$?"; tail -n 4 "$OUT/pair/pytest_pair_gpu.txt" | cut -c1-200
 o=$OUT/pair/pro; mkdir -p "$o"
 timeout -k 5 360 python3 -m sglang_fp32gemm bench --region --region-model pro --region-m 1,2,4,8,16 \
