@@ -51,11 +51,19 @@ class DotKernel:
     @cute.kernel
     def kernel(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor):
         bid, _, _ = cute.arch.block_idx()
-        self.rows_of(x, w, out, bid * self.rows)
+        self.rows_of(x, w, out, bid * self.rows, self.reduction_buffer())
 
     @cute.jit
-    def rows_of(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor, row0: cutlass.Int32):
-        """The CTA's ``rows`` rows of ``w`` from ``row0``: out[:, row0:row0 + rows]."""
+    def reduction_buffer(self) -> cute.Tensor:
+        """The warps' partial sums, [rows * max_m, warps] fp32 in shared memory: what the launch's ``smem``
+        holds (one per CTA, whichever rows it takes)."""
+        smem = cutlass.memory.SmemAllocator()
+        return smem.allocate_tensor(cutlass.Float32, cute.make_layout((self.rows * self.max_m, self.warps),
+                                                                      stride=(self.warps, 1)), byte_alignment=16)
+
+    @cute.jit
+    def rows_of(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor, row0: cutlass.Int32, red: cute.Tensor):
+        """The CTA's ``rows`` rows of ``w`` from ``row0``: out[:, row0:row0 + rows], reduced through ``red``."""
         tid, _, _ = cute.arch.thread_idx()
         rows, iters, max_m, threads, warps, vec = self.rows, self.iters, self.max_m, self.threads, self.warps, self.vec
         m_run = x.shape[0]
@@ -96,9 +104,6 @@ class DotKernel:
             cute.arch.griddepcontrol_launch_dependents()
 
         # 3. Butterfly over the warp, then the warps in index order.
-        smem = cutlass.memory.SmemAllocator()
-        red = smem.allocate_tensor(cutlass.Float32, cute.make_layout((rows * max_m, warps), stride=(warps, 1)),
-                                   byte_alignment=16)
         lane = cute.arch.lane_idx()
         warp = cute.arch.warp_idx()
         for j in cutlass.range_constexpr(rows * max_m):
@@ -141,7 +146,10 @@ class DotPairKernel(DotKernel):
     @cute.kernel
     def kernel(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor, w2: cute.Tensor, out2: cute.Tensor):
         bid, _, _ = cute.arch.block_idx()
+        # One buffer, allocated before the branch: each body allocating its own placed the second past the
+        # launch's smem (H100, run 21: an illegal address at M >= 2).
+        red = self.reduction_buffer()
         if bid < self.first:
-            self.rows_of(x, w, out, bid * self.rows)
+            self.rows_of(x, w, out, bid * self.rows, red)
         else:
-            self.rows_of(x, w2, out2, (bid - self.first) * self.rows)
+            self.rows_of(x, w2, out2, (bid - self.first) * self.rows, red)
