@@ -18,12 +18,12 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 mkdir -p "$OUT/pair"
 # One process a file: a fault in one kernel leaves CUDA's context unusable for the rest of its process (21a).
 for t in cutedsl_dot triton tools; do
-  timeout -k 5 120 python3 -m pytest -v -p no:cacheprovider -n 0 -k pair "tests/test_${t}_gpu.py" \
+  timeout -k 5 80 python3 -m pytest -v -p no:cacheprovider -n 0 -k pair "tests/test_${t}_gpu.py" \
     > "$OUT/pair/pytest_pair_gpu_$t.txt" 2>&1
   echo "pair gpu tests $t rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pair/pytest_pair_gpu_$t.txt" | cut -c1-200
 done
 o=$OUT/pair/pro; mkdir -p "$o"
-timeout -k 5 360 python3 -m sglang_fp32gemm bench --region --region-model pro --region-m 1,2,4,8,16 \
+timeout -k 5 330 python3 -m sglang_fp32gemm bench --region --region-model pro --region-m ${PAIR_M:-1,2,4,8} \
   --region-schedule serial --region-rounds 3 --backends cutedsl-dot triton \
   --tune-log docs/benchmarks/h200/tune_log.jsonl.gz docs/benchmarks/h200/run16/tune_log_serial_16b.jsonl.gz \
   configs/sm90_serial.csv --out-dir "$o" > "$o/bench.txt" 2>&1
