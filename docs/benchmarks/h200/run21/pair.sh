@@ -7,8 +7,8 @@
 # V4-Pro layer. This call measures it before the plugin does it:
 #   1. the pair forms' GPU tests (cutedsl-dot's and Triton's: both outputs exact, NaN-poisoned, under graph
 #      replay; the dot pair's outputs the single form's bits), and `tune --pair`'s CUDA path (cuBLAS fakes);
-#   2. bench --region, V4-Pro, serial, M 1, 2, 4, 8 (PAIR_M=...; PAIR_M=none: the tests alone; M=16 fitted
-#      before stop 34 cut it for the device time left): the `routed+pair` column is the routed column with each
+#   2. bench --region, V4-Pro, serial, M 1, 2, 4, 8 (PAIR_M=...; PAIR_M=none: the tests alone; M=16 was listed
+#      until stop 34 cut it to fit the device time left): the `routed+pair` column is the routed column with each
 #      ratio-4 layer's two GEMMs one launch of a pair form: the serial table's N=2560 row's kernel where its
 #      backend has one (cutedsl-dot at M 1-2, Triton at M 4-8), else Triton's tuned N=2560 form (M=16, whose row
 #      is SGLang's warp split-K); beside torch, routed, each backend alone and ll_bf16 (best of its sweep).
