@@ -59,13 +59,24 @@ class PairBinder:
         n1 = self.n1
         if n != n1 + self.n2:
             raise ValueError(f"N={n} is not {n1} + {self.n2}")
-        pair = self.backend.bind_pair(cfg, device, n1, self.n2, k)  # type: ignore[attr-defined]
+        return joined_fn(self.backend.bind_pair(cfg, device, n1, self.n2, k), n1)  # type: ignore[attr-defined]
 
-        def joined(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-            return torch.cat(pair(x, w[:n1], w[n1:]), dim=1)
 
-        joined.pair = pair  # type: ignore[attr-defined]
-        return joined
+def on_halves(pair: Callable[..., tuple], n1: int) -> Callable[[torch.Tensor, torch.Tensor], tuple]:
+    """``pair(x, w1, w2)`` as ``fn(x, w)`` over one weight of N1 + N2 rows: its first ``n1`` rows and the rest."""
+    return lambda x, w: pair(x, w[:n1], w[n1:])
+
+
+def joined_fn(pair: Callable[..., tuple], n1: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``joined(x, w)``: ``pair``'s two products side by side (what a probe checks against x @ w^T), with
+    ``joined.pair`` the pair itself (the hot path)."""
+    halves = on_halves(pair, n1)
+
+    def joined(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.cat(halves(x, w), dim=1)
+
+    joined.pair = pair  # type: ignore[attr-defined]
+    return joined
 
 
 class PairEntry:

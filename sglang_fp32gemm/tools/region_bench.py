@@ -28,7 +28,7 @@ from typing import Any, Optional
 
 import torch
 
-from sglang_fp32gemm import exactness
+from sglang_fp32gemm import exactness, pairs
 from sglang_fp32gemm.tools import bench_report as report
 from sglang_fp32gemm.tools import region, timing
 from sglang_fp32gemm.tools.bench_measure import PEER
@@ -191,16 +191,15 @@ def _serial_check(bench, ctx: Ctx, m: int, modes: dict, rec: dict) -> None:
     x = exactness.random_bf16(m, spec.hidden, device=bench.device)
     rec.update(isolated_us={}, isolated_per_layer_us={}, suspect={})
     n1, n2 = region.pair_widths(spec)
-    pairs = region.pairs(ctx.plans["serial"])
+    paired_layers = region.pairs(ctx.plans["serial"])
     for name, gemm in modes.items():
-        fused = pairs if "pair" in gemm else 0
+        fused = paired_layers if "pair" in gemm else 0
         # What a step calls, a call per width (the pair's at N1 + N2): (fn, width) and how many times.
         calls: dict[Any, int] = {n: region.fp32_calls(spec, n) - (fused if n in (n1, n2) else 0)
                                  for n, _ in region.fp32_shapes(spec)}
         fns: dict[Any, tuple] = {n: (gemm[n], n) for n, c in calls.items() if c}
         if fused:
-            pair = gemm["pair"]
-            calls["pair"], fns["pair"] = fused, (lambda a, w: pair(a, w[:n1], w[n1:]), n1 + n2)
+            calls["pair"], fns["pair"] = fused, (pairs.on_halves(gemm["pair"], n1), n1 + n2)
         try:
             per = {key: bench.timer.per_call(fn, x, _sweep_weights(bench, ctx, width, spec.hidden))
                    for key, (fn, width) in fns.items()}

@@ -99,14 +99,7 @@ def pair_forms(backends: Iterable, n1: int, n2: int) -> list[PairForm]:
 
 def torch_pair(torch_fn: Callable, n1: int) -> Callable:
     """Torch's side of a pair: its two calls, as a ``PairForm`` binds a pair (``fn.pair`` the two calls)."""
-    def pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch_fn(x, w1), torch_fn(x, w2)
-
-    def joined(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return torch.cat(pair(x, w[:n1], w[n1:]), dim=1)
-
-    joined.pair = pair  # type: ignore[attr-defined]
-    return joined
+    return pairs.joined_fn(lambda x, w1, w2: (torch_fn(x, w1), torch_fn(x, w2)), n1)
 
 
 def parse_caps(items: Iterable[str]) -> dict[str, int]:
@@ -228,8 +221,7 @@ class Tuner:
         that the exactness gate checks (whose concatenation would be timed too)."""
         if not self.pair:
             return fn
-        n1 = self.widths(n, k)[0]
-        return lambda x, w: fn.pair(x, w[:n1], w[n1:])
+        return pairs.on_halves(fn.pair, self.widths(n, k)[0])
 
     def _rec(self, c: Candidate, m, n, k, **kw) -> None:
         self.log.write(event="candidate", M=m, N=n, K=k, backend=c.backend.name, libtype=c.backend.libtype,
