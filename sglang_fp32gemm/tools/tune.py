@@ -143,16 +143,17 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
                   f"{unpaired} (pairs: {region.joined_widths(args.k)} at these K)", file=sys.stderr)
             return 2
 
+    tuner = Tuner(usable, device, timer, log, caps=caps, top=args.top, screen_replays=args.screen_replays,
+                  final_replays=args.final_replays, budget=budget, rank=args.rank,
+                  rounds=args.rounds, pair=args.pair)
+
     def offered(n: int, k: int) -> list:  # with --pair, the pair forms of the backends that have one
-        return pair_forms(usable, *region.pair_widths(region.pair_spec_for(n, k))) if args.pair else usable
+        return pair_forms(usable, *tuner.widths(n, k)) if args.pair else usable
 
     cands = {s: gather_candidates(offered(s[1], s[2]), s[0], s[1], s[2], buckets[s[0]], caps, log) for s in shapes}
     per_backend = dict(collections.Counter(c.backend.name for cs in cands.values() for c in cs))
     print(f"{len(shapes)} shapes, candidates per backend: {per_backend}", flush=True)
     jobs = [(c.backend.name, c.kernel, s[0], s[1], s[2]) for s in shapes for c in cands[s]]
-    tuner = Tuner(usable, device, timer, log, caps=caps, top=args.top, screen_replays=args.screen_replays,
-                  final_replays=args.final_replays, budget=budget, rank=args.rank,
-                  rounds=args.rounds, pair=args.pair)
     results: list[ShapeResult] = []
     stopped = None
 
