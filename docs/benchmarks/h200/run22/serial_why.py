@@ -18,7 +18,9 @@ or torch at every N), captured each way in turn:
 - the kernels' start and end times (CUPTI, three replays): which kernels start before an earlier one ends,
   by how much, and which;
 - a consumer check: each compressor's compress kernel (0.5 x its GEMM's output) read back after the last
-  replay, with x refreshed before it: a compress that ran before its GEMM finished reads a stale output.
+  replay, with x refreshed before it: a compress that ran before its GEMM finished reads a stale output;
+- a producer check (modes ``*_dep``): the GEMM reads a copy of x made by the kernel just before it, so that a
+  GEMM that starts before its producer ends reads the last replay's x and fails the exactness check.
 Writes JSON to argv[1].
 """
 
@@ -58,6 +60,17 @@ if peer is not None:
     modes["ll2048"] = {2048: peer.fn("splitk_2x4", M, spec.hidden)}
 else:
     print("ll_bf16 unavailable:", why, flush=True)
+
+
+def after_copy(fn):
+    """``fn`` on a copy of x made by the kernel just before it: a GEMM that starts before that copy ends (in SGLang:
+    before the kernel that writes its x) reads the last replay's x, which the check after refreshing x catches."""
+    return lambda a, w: fn(a.clone(), w)
+
+
+for name in ("torch2048", "triton_pdl2048", "ll2048"):
+    if name in modes:
+        modes[name + "_dep"] = {n: after_copy(f) for n, f in modes[name].items()}
 
 
 def graph_shape(g: "torch.cuda.CUDAGraph") -> dict:
