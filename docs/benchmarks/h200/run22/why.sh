@@ -7,7 +7,7 @@ set -uo pipefail
 . docs/benchmarks/h200/run20/common.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 mkdir -p "$OUT/why"
-for order in fresh after_overlapped; do
+for order in ${WHY_ORDERS:-fresh after_overlapped}; do  # WHY_ORDERS=fresh: the first process alone (~half the time)
   timeout -k 5 170 python3 docs/benchmarks/h200/run22/serial_why.py "$OUT/why/serial_why_$order.json" "$order" \
     > "$OUT/why/serial_why_$order.txt" 2>&1
   echo "$order rc=$?"; grep -vE "Warning|warn" "$OUT/why/serial_why_$order.txt" | cut -c1-700
