@@ -102,10 +102,6 @@ class CudaTimer:
             raise ValueError(f"capture {capture!r}: one of {', '.join(CAPTURES)}")
         self.capture = capture
         self._shared: Optional[tuple] = None  # (stream, pool handle), made at the first sglang capture
-        # sglang: every graph captured stays alive, as SGLang's graph runner keeps each graph it captured.
-        # Run 22 (H100): with each graph deleted after its timing, a serial step captured next in the same pool
-        # sometimes ran its whole chain with a quarter of the usual gap between kernels; kept alive, none did.
-        self.alive: list = []
 
     def _capture_on(self) -> tuple["torch.cuda.Stream", Optional[tuple]]:
         """(the stream to warm up and capture on, the memory pool to capture into; None: a private one)."""
@@ -130,7 +126,7 @@ class CudaTimer:
             for i in range(calls):
                 fn(x, weights[i % len(weights)])
         us = _replay_median_us(graph, replays) / calls
-        self._done(graph)
+        del graph
         return us
 
     def step(self, step: Callable[[], Sequence[torch.Tensor]], replays: int = 20,
@@ -161,13 +157,8 @@ class CudaTimer:
             graph.replay()
         torch.cuda.synchronize()
         outs = [o.clone() for o in outs]
-        self._done(graph)
+        del graph
         return us, outs
-
-    def _done(self, graph: "torch.cuda.CUDAGraph") -> None:
-        """A timed graph: kept (sglang) or dropped with its private pool (private)."""
-        if self.capture == "sglang":
-            self.alive.append(graph)
 
     def eager(self, fn: Fn, x: torch.Tensor, weights: list[torch.Tensor], calls: int = 1000) -> tuple[float, float]:
         """(wall us per call, host enqueue us per call) of ``calls`` back-to-back eager calls.
