@@ -1,0 +1,94 @@
+"""Run 22's next diagnosis (device, not yet run): does the timing position alone put a serial step in the fast state?
+
+    python3 docs/benchmarks/h200/run22/position.py OUT.json
+
+Runs 22a-e (H100): a serial step with PDL launches or torch's cuBLAS kernels was fast (its whole chain's launch
+gaps a quarter of the usual) when timed right after its own eager warm-up and capture in a fresh process, SGLang's
+way (the bench), and never when the graphs were captured first and timed later (22d). This times, without CUPTI,
+one process, SGLang's way, V4-Pro serial, M=4, each graph right after its own capture ("own") and again after
+another graph's replays ("later"); and one graph captured with its eager warm-up long before ("cold warm-up"):
+
+    none: own; torch_all: own; none: later; torch_all: later; ll2048: own; none: later; ll2048: later;
+    triton2048: own; triton2048: later; torch_all (warmed up, then triton2048 replayed, then captured): own
+
+Writes JSON to argv[1] (every graph's medians of 20 replays, in order), and prints what each step added over the
+`none` timed nearest before it.
+"""
+
+import json
+import sys
+
+import torch
+
+from sglang_fp32gemm import backends, exactness
+from sglang_fp32gemm.tools import region, timing, vllm_peer
+
+M = 4
+spec = region.MODELS["pro"]
+dev = torch.device("cuda")
+x = exactness.random_bf16(M, spec.hidden, device="cuda")
+weights = region.make_weights(spec, "cuda")
+streams = region.Streams("cuda")
+plans = region.plan(spec, "serial")
+tm = timing.torch_fn("cuda")
+be = backends.by_name("triton")
+gemms = {"none": None, "torch_all": {512: tm, 1024: tm, 2048: tm},
+         "triton2048": {2048: be.bind(be.parse("triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s6"), dev, 2048, spec.hidden)}}
+peer, why = vllm_peer.load(dev)
+if peer is not None:
+    gemms["ll2048"] = {2048: peer.fn("splitk_2x4", M, spec.hidden)}
+stream, pool = torch.cuda.Stream(), torch.cuda.graph_pool_handle()
+graphs: dict = {}
+log: list = []
+
+
+def warm(name):
+    steps = region.Steps(spec, plans, weights, x, streams)
+    fn = steps.of(gemms[name])
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    return steps, fn
+
+
+def capture(name, warmed=None):
+    steps, fn = warmed or warm(name)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, pool=pool, stream=stream):
+        fn()
+    steps.release()
+    graphs[name] = g
+
+
+def timed(name, where):
+    us = round(timing._replay_median_us(graphs[name], 20), 2)
+    log.append((name, where, us))
+    print(name, where, us, flush=True)
+
+
+capture("none"); timed("none", "own")
+capture("torch_all"); timed("torch_all", "own")
+timed("none", "later"); timed("torch_all", "later")
+if "ll2048" in gemms:
+    capture("ll2048"); timed("ll2048", "own")
+    timed("none", "later"); timed("ll2048", "later")
+capture("triton2048"); timed("triton2048", "own")
+timed("triton2048", "later")
+w = warm("torch_all")
+timed("triton2048", "between")
+capture("torch_all", w); timed("torch_all", "own, cold warm-up")
+timed("none", "later")
+
+added = []
+last_none = None
+for name, where, us in log:
+    if name == "none":
+        last_none = us
+    elif last_none is not None:
+        added.append((name, where, round(us - last_none, 1)))
+print("added over the last none:", added, flush=True)
+json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "M": M, "log": log, "added": added},
+          open(sys.argv[1], "w"), indent=1)
