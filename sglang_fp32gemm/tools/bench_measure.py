@@ -257,7 +257,7 @@ class Bench:
         rec["alone_us"], rec["suspect"] = {}, {}
         for name, t in rec["step_us"].items():
             rec["add_per_layer_us"][name] = added = round((t - base_us) / L, 3)
-            # one stream: a call that adds much less than it takes alone was not run in turn
+            # one stream: a call that adds much less than it takes alone did not add its own cost (run 22)
             alone = self._time(variants[name], x, wf, rec["note"], f"{name} alone")
             if alone is not None:
                 rec["alone_us"][name] = alone

@@ -200,9 +200,11 @@ def peak_bandwidth_tbs(device) -> Optional[float]:
 
 #: On one stream each call runs after the kernel before it, so what a call adds to a step cannot fall much below
 #: its time alone, back to back (where a PDL form even overlaps its own previous launch). Below this share of
-#: it the step did not run its calls in turn. H200: runs 15-20's tune logs hold 559 one-stream times of forms
-#: with their isolated times; the lowest is 0.93x but for run 20c2's four PDL forms at 0.29-0.38x; run 20's
-#: serial bench processes put torch, routed and ll_bf16 at 0.62-0.73x of their sums, run 19b's at 1.03-1.24x.
+#: it, the difference from the base step is not the calls' cost. H200: runs 15-20's tune logs hold 559 one-stream
+#: times of forms with their isolated times; the lowest is 0.93x but for run 20c2's four PDL forms at 0.29-0.38x;
+#: run 20's serial bench processes put torch, routed and ll_bf16 at 0.62-0.73x of their sums, run 19b's at
+#: 1.03-1.24x. H100, run 22: such a step is still one chain of kernels in turn, but the whole chain's launch
+#: gaps had shrunk to a quarter of the base step's (docs/benchmarks/README.md, run 22).
 #: Used by bench (--region's serial schedule, --decode-seq) and the tuner's one-stream ranks.
 ONE_STREAM_FLOOR = 0.85
 
@@ -211,7 +213,7 @@ def one_stream_suspect(added: float, alone: float) -> Optional[str]:
     """Why ``added`` (us a call, or a layer, on one stream) cannot be what the step ran, or None."""
     if added < ONE_STREAM_FLOOR * alone:
         return (f"added {added:.2f} us, {added / alone:.2f}x its calls' time alone ({alone:.2f}): "
-                "on one stream the step did not run them in turn")
+                "on one stream that is not their cost (the rest of the step ran faster than the base)")
     return None
 
 

@@ -279,8 +279,8 @@ class Tuner:
                torch_alone_us: Optional[float] = None) -> Optional[tuple[float, list]]:
         """(torch's, the finalists re-ranked by) us each call adds in ``setting``; all logged. None when, on
         one stream, a call added less than reading its weight at the device's peak bandwidth takes, or much
-        less than its own time alone (``torch_alone_us`` for torch; ``timing.one_stream_suspect``): the
-        setting did not run its kernels one after another, and the shape keeps its isolated order (run 20,
+        less than its own time alone (``torch_alone_us`` for torch; ``timing.one_stream_suspect``): what it
+        added is not its cost (run 22: the rest of the step ran faster), and the shape keeps its isolated order (run 20,
         H200: torch's N=2048 call added 4.65 us in the serial schedule, where its 29.4 MB take 6.0, and PDL
         forms 0.29-0.38x their time alone). A PDL form may overlap the kernel before it, but none of runs
         15-19's 646 one-stream times fell below the read, nor 0.89x its time alone.
@@ -334,8 +334,8 @@ class Tuner:
         ranked.sort(key=lambda r: r[0])
         if where.one_stream:
             # On one stream a call adds at least its weight's read at the device's peak bandwidth, and not much
-            # less than its own time alone (timing.one_stream_suspect): below either, the setting did not run
-            # its kernels in turn.
+            # less than its own time alone (timing.one_stream_suspect): below either, what it added is not its
+            # cost (run 22: the rest of the step ran faster than the base).
             peak = timing.peak_bandwidth_tbs(self.device)
             floor = timing.floor_us(0, n, k, peak) if peak else 0.0  # the bf16 weight (x and C may sit in L2)
             alone = {"torch": torch_alone_us, **{c.label: us for us, c, _ in final}}
