@@ -548,3 +548,51 @@ def test_region_defaults():
     assert a.region_schedule == ["overlapped", "serial"] and a.peer
     a = bench.parser().parse_args(["--region", "--region-model", "pro,flash", "--region-schedule", "serial"])
     assert a.region_model == ["pro", "flash"] and a.region_schedule == ["serial"]
+
+
+def test_a_process_first_serial_capture_comes_after_one_overlapped_capture(monkeypatch):
+    """region.overlapped_first: on CUDA, before any overlapped step was made in the process, one is captured
+    (torch at every fp32 GEMM) through the timer; then, or once any overlapped step was made, nothing."""
+    spec = region.MODELS["tiny"]
+    x = torch.randn(1, spec.hidden).bfloat16()
+    weights = region.make_weights(spec, "cpu")
+    streams = region.Streams("cpu")
+    captured = []
+
+    class Timer:
+        def step(self, fn, replays):
+            captured.append(replays)
+            return 1.0, []
+
+    monkeypatch.setattr(region, "_overlapped_made", False)
+    assert region.overlapped_first(Timer(), spec, weights, x, streams, timing.torch_mm) is False  # off CUDA
+    streams.cuda = True  # as on a GPU; the fake timer never runs the step
+    assert region.overlapped_first(Timer(), spec, weights, x, streams, timing.torch_mm) is True
+    assert captured == [3] and region._overlapped_made
+    assert region.overlapped_first(Timer(), spec, weights, x, streams, timing.torch_mm) is False
+    monkeypatch.setattr(region, "_overlapped_made", False)
+    region.Steps(spec, region.plan(spec, "serial"), weights, x, streams).of(None)  # a serial step: not it
+    assert not region._overlapped_made
+    region.Steps(spec, region.plan(spec, "overlapped"), weights, x, streams).of(None)  # made by a bench's row
+    assert region._overlapped_made and captured == [3]
+    assert region.overlapped_first(Timer(), spec, weights, x, streams, timing.torch_mm) is False
+
+
+def test_bench_region_captures_one_overlapped_step_before_a_process_first_serial_row(tmp_path, monkeypatch,
+                                                                                      fake_router):
+    """Serial rows ask region.overlapped_first (with the bench's timer and torch); the row says when it captured
+    one, which on CUDA is the process's first serial row unless an overlapped row came first (run 22)."""
+    asked = []
+
+    def first(timer, spec, weights, x, streams, torch_fn):
+        asked.append((spec.name, torch_fn is timing.torch_fn(torch.device("cpu"))))
+        return len(asked) == 1
+
+    monkeypatch.setattr(region, "overlapped_first", first)
+    argv = ["--region", "--region-model", "tiny", "--region-m", "1,2", "--region-schedule", "overlapped,serial",
+            "--region-rounds", "1", "--out-dir", str(tmp_path)]
+    assert bench.main(argv, backends=[], device=torch.device("cpu"), timer=StepTimer()) == 0
+    rows = json.load(open(tmp_path / "bench_region.json"))["results"]
+    assert asked == [("tiny", True), ("tiny", True)]  # the two serial rows, not the overlapped ones
+    assert [("overlapped_first" in r["note"]) for r in rows if r["schedule"] == "serial"] == [True, False]
+    assert not any("overlapped_first" in r["note"] for r in rows if r["schedule"] == "overlapped")

@@ -396,10 +396,13 @@ def test_rank_region_times_the_finalists_in_the_region_model_of_the_shape(tmp_pa
     tiny = region.MODELS["tiny"]
     monkeypatch.setattr(region, "spec_for", lambda n, k: tiny if (n, k) == (128, 64) else None)
     f = CostedFakes(only_w=(128, 64), slow_steps=(4,))
+    primed = []  # a serial setting comes after one overlapped capture (region.overlapped_first; CUDA only)
+    monkeypatch.setattr(region, "overlapped_first", lambda timer, spec, *a: primed.append((timer, spec.name)))
     log = common.JsonLog(str(tmp_path / "log.jsonl"))
     t = tuner.Tuner([f.backend], torch.device("cpu"), f.timer, log, top=3, rank=rank, torch_fn=f.torch_fn)
     r = t.shape(m, 128, 64, [m], tuner.gather_candidates([f.backend], m, 128, 64, [m], {}, log))
     assert (r.fast.kernel, r.fast.us, r.torch_us) == ("plain_b", 4.5, 9.0)
+    assert primed == ([(f.timer, "tiny")] if schedule == "serial" else [])
     # 3 rounds of none, torch and the 3 finalists (1 call each), each round starting one later
     assert f.steps == [0, 1, 1, 1, 1] + [1, 1, 1, 1, 0] + [1, 1, 1, 0, 1]
     lines = log_lines(tmp_path / "log.jsonl")

@@ -114,6 +114,8 @@ def measure(ctx: Ctx, m: int, rounds: int, replays: int, min_gain: float
     plans = region.plan(spec, schedule)
     x = exactness.random_bf16(m, spec.hidden, device=dev)
     shapes = [n for n, _ in region.fp32_shapes(spec)]
+    if schedule == "serial":
+        region.overlapped_first(ctx.timer, spec, ctx.weights, x, ctx.streams, ctx.torch_fn)
     steps = region.Steps(spec, plans, ctx.weights, x, ctx.streams)
     routed = routed_shapes(routing.get_router(), plans, ctx.weights, x)
     subs = subsets([r.n for r in routed])

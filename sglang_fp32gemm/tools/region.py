@@ -354,6 +354,10 @@ def run_layers(plans: Sequence[Sequence[Step]], weights: Sequence[dict[str, torc
     return fp32, where, keep
 
 
+#: Whether this process has made an overlapped step on CUDA (``Steps.of``), which ``overlapped_first`` reads.
+_overlapped_made = False
+
+
 class Steps:
     """Graph-capturable steps of one region at x's M, for ``CudaTimer.step``: ``of(gemm)`` issues every
     layer of ``plans`` (``gemm`` as in ``run_layers``) and returns the fp32 outputs. The last step's
@@ -368,6 +372,10 @@ class Steps:
         self.keep: list[torch.Tensor] = []
 
     def of(self, gemm: Gemm) -> Callable[[], list[torch.Tensor]]:
+        global _overlapped_made
+        if self.streams.cuda and any(s.stream != MAIN for steps in self.plans for s in steps):
+            _overlapped_made = True
+
         def step() -> list[torch.Tensor]:
             fp32, self.where, self.keep = run_layers(self.plans, self.weights, self.x, gemm, self.streams,
                                                      self.placeholders)
@@ -380,3 +388,24 @@ class Steps:
 
     def release(self) -> None:
         self.where, self.keep = [], []
+
+
+def overlapped_first(timer, spec: ModelSpec, weights: Sequence[dict[str, torch.Tensor]], x: torch.Tensor,
+                     streams: Streams, torch_fn: Callable) -> bool:
+    """Before a process's first serial capture: capture and replay the overlapped step once, ``torch_fn`` at every
+    fp32 GEMM, as a SGLang server on Hopper has captured both kinds of batch before it replays either. Whether
+    it did.
+
+    Run 22 (H100): in a process that had captured no overlapped step, a serial step with PDL launches or
+    cuBLAS kernels, timed right after its own capture, ran its whole chain with a quarter of the usual gaps
+    between kernels; after an overlapped capture it never did (runs 19b, 22b; docs/benchmarks/README.md,
+    run 22). Off CUDA, or once an overlapped step was made, nothing is done.
+    """
+    if not streams.cuda or _overlapped_made:
+        return False
+    steps = Steps(spec, plan(spec, "overlapped"), weights, x, streams)
+    try:
+        timer.step(steps.of({n: torch_fn for n, _ in fp32_shapes(spec)}), 3)
+    finally:
+        steps.release()
+    return True

@@ -13,7 +13,8 @@ eager warm-up and read after each capture, must show every captured call on the 
 table names for its shape (``route_check``). Before the last replay of each capture x gets fresh
 values (``refresh``), so that the check also shows that every captured kernel ran in the replays.
 In the serial schedule (one stream) each column's calls are also timed alone at every fp32 shape:
-a column that adds much less than their sum (``timing.one_stream_suspect``) is marked ``suspect``.
+a column that adds much less than their sum (``timing.one_stream_suspect``) is marked ``suspect``. A process's
+first serial row comes after one overlapped capture (``region.overlapped_first``).
 Serial rows also time ``routed+pair`` where a backend's pair form takes the shape: the routed column
 with each ratio-4 layer's two fp32 GEMMs one launch (``region.PAIR``, ``Bench.pair_fn``); a candidate
 measured, not the plugin's route.
@@ -151,6 +152,10 @@ def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int, rounds: int) -
         rec["note"]["schedule"] = f"SGLang runs M={m} serially on this device (above its multi-stream limit)"
     modes = {name: gemm for name, gemm in _fp32_modes(bench, ctx, m, schedule, rec).items()
              if name == "none" or gemm}
+    if schedule == "serial" and region.overlapped_first(bench.timer, spec, ctx.weights, x, ctx.streams,
+                                                        bench.torch_fn):
+        rec["note"]["overlapped_first"] = ("this process had captured no overlapped step: one (torch) was "
+                                           "captured first, as a SGLang server has (run 22)")
     steps = region.Steps(spec, ctx.plans[schedule], ctx.weights, x, ctx.streams)
     times: dict[str, list[float]] = {name: [] for name in modes}
     router = routing.get_router()

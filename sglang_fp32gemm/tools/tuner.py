@@ -250,10 +250,12 @@ class Tuner:
     def setting(self, m: int, n: int, k: int, x: torch.Tensor) -> Setting:
         """Where ``rank`` times the finalists: the region model of the shape's model (serial at every M for
         ``serial``: SGLang's steps outside its multi-stream region), else the chain. A pair (``pair``) is timed
-        in the serial schedule with each ratio-4 layer's two GEMMs one call of it, the other fp32 GEMMs left out."""
+        in the serial schedule with each ratio-4 layer's two GEMMs one call of it, the other fp32 GEMMs left out.
+        A process's first serial setting comes after one overlapped capture (``region.overlapped_first``)."""
         if self.pair:
             spec = region.pair_spec_for(n, k)
             weights, streams = self._region(spec)
+            region.overlapped_first(self.timer, spec, weights, x, streams, self.torch_fn)
             plans = region.plan(spec, "serial")
             steps = region.Steps(spec, plans, weights, x, streams)
             return Setting(f"region:{spec.name}:serial:pair", region.pairs(plans),
@@ -265,6 +267,8 @@ class Tuner:
                            lambda: [(x, w) for w in weights["wf"]])
         weights, streams = self._region(spec)
         schedule = "serial" if self.rank == "serial" else region.schedule_for(m, self.device)
+        if schedule == "serial":
+            region.overlapped_first(self.timer, spec, weights, x, streams, self.torch_fn)
         steps = region.Steps(spec, region.plan(spec, schedule), weights, x, streams)
         return Setting(f"region:{spec.name}:{schedule}", region.fp32_calls(spec, n),
                        lambda fn: steps.of(None if fn is None else {n: fn}),

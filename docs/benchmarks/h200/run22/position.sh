@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run 22, call F (device, from the repository root; carry .cutedsl .devsite .vllm_ll; timeout_s 200; not yet run):
 # position.py (does timing a serial step right after its own capture put it in the fast state?), then 22b's s1
-# bench in the same call for comparison. About 100 s.
+# bench, which since stop 35 captures one overlapped step before its serial row (region.overlapped_first): if
+# that does what runs 19b and 22b say, no column is SUSPECT now. About 100 s.
 set -uo pipefail
 . docs/benchmarks/h200/run20/common.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
