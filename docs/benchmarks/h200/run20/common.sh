@@ -23,3 +23,26 @@ region_ab() {
     done
   done
 }
+
+# serial_pair_bench OUT_DIR SECONDS M_LIST: bench --region, V4-Pro, serial, 3 rounds, the cutedsl-dot and Triton
+# columns at their tuned configs (the serial tune logs and table), routed+pair and ll_bf16 (run 21 call A, run 23).
+serial_pair_bench() {
+  local o=$1 seconds=$2 ms=$3
+  mkdir -p "$o"
+  timeout -k 5 "$seconds" python3 -m sglang_fp32gemm bench --region --region-model pro --region-m "$ms" \
+    --region-schedule serial --region-rounds 3 --backends cutedsl-dot triton \
+    --tune-log docs/benchmarks/h200/tune_log.jsonl.gz docs/benchmarks/h200/run16/tune_log_serial_16b.jsonl.gz \
+    configs/sm90_serial.csv --out-dir "$o" > "$o/bench.txt" 2>&1
+  echo "serial bench rc=$?"
+  grep -E "\] region|region pro|route check|precision|SUSPECT|overlapped_first" "$o/bench.txt" | cut -c1-300
+}
+
+# diag_py DIR NAME SECONDS SCRIPT [ARGS...]: python3 SCRIPT $OUT/DIR/NAME.json ARGS... under timeout, its output in
+# $OUT/DIR/NAME.txt, then its rc and that output less warnings (run 22's diagnoses).
+diag_py() {
+  local dir=$OUT/$1 name=$2 seconds=$3 script=$4
+  shift 4
+  mkdir -p "$dir"
+  timeout -k 5 "$seconds" python3 "$script" "$dir/$name.json" "$@" > "$dir/$name.txt" 2>&1
+  echo "$name rc=$?"; grep -vE "Warning|warn" "$dir/$name.txt" | cut -c1-600
+}

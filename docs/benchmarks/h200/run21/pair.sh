@@ -24,10 +24,5 @@ for t in cutedsl_dot triton tools; do
   echo "pair gpu tests $t rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pair/pytest_pair_gpu_$t.txt" | cut -c1-200
 done
 [ "${PAIR_M:-}" = none ] && exit 0  # the tests alone
-o=$OUT/pair/pro; mkdir -p "$o"
-timeout -k 5 330 python3 -m sglang_fp32gemm bench --region --region-model pro --region-m ${PAIR_M:-1,2,4,8} \
-  --region-schedule serial --region-rounds 3 --backends cutedsl-dot triton \
-  --tune-log docs/benchmarks/h200/tune_log.jsonl.gz docs/benchmarks/h200/run16/tune_log_serial_16b.jsonl.gz \
-  configs/sm90_serial.csv --out-dir "$o" > "$o/bench.txt" 2>&1
-echo "pro rc=$?"; grep -E "\] region|region pro|route check|precision|SUSPECT" "$o/bench.txt" | cut -c1-260
+serial_pair_bench "$OUT/pair/pro" 330 "${PAIR_M:-1,2,4,8}"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader

@@ -3,7 +3,5 @@
 set -uo pipefail
 . docs/benchmarks/h200/run20/common.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-mkdir -p "$OUT/gaps"
-timeout -k 5 170 python3 docs/benchmarks/h200/run22/serial_gaps.py "$OUT/gaps/serial_gaps.json" > "$OUT/gaps/serial_gaps.txt" 2>&1
-echo "rc=$?"; grep -vE "Warning|warn" "$OUT/gaps/serial_gaps.txt" | cut -c1-400
+diag_py gaps serial_gaps 170 docs/benchmarks/h200/run22/serial_gaps.py
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader

@@ -1,4 +1,4 @@
-"""Run 22's next diagnosis (device, not yet run): does the timing position alone put a serial step in the fast state?
+"""Run 22's next diagnosis (device; run by run23/serial_state.sh, not yet run): does the timing position alone put a serial step in the fast state?
 
     python3 docs/benchmarks/h200/run22/position.py OUT.json
 
@@ -20,38 +20,17 @@ import sys
 
 import torch
 
-from sglang_fp32gemm import backends, exactness
-from sglang_fp32gemm.tools import region, timing, vllm_peer
+from serial_setup import M, modes, warmed
+from sglang_fp32gemm.tools import timing
 
-M = 4
-spec = region.MODELS["pro"]
-dev = torch.device("cuda")
-x = exactness.random_bf16(M, spec.hidden, device="cuda")
-weights = region.make_weights(spec, "cuda")
-streams = region.Streams("cuda")
-plans = region.plan(spec, "serial")
-tm = timing.torch_fn("cuda")
-be = backends.by_name("triton")
-gemms = {"none": None, "torch_all": {512: tm, 1024: tm, 2048: tm},
-         "triton2048": {2048: be.bind(be.parse("triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s6"), dev, 2048, spec.hidden)}}
-peer, why = vllm_peer.load(dev)
-if peer is not None:
-    gemms["ll2048"] = {2048: peer.fn("splitk_2x4", M, spec.hidden)}
+gemms = {k: v for k, v in modes().items() if k in ("none", "torch_all", "triton2048", "ll2048")}
 stream, pool = torch.cuda.Stream(), torch.cuda.graph_pool_handle()
 graphs: dict = {}
 log: list = []
 
 
 def warm(name):
-    steps = region.Steps(spec, plans, weights, x, streams)
-    fn = steps.of(gemms[name])
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    return steps, fn
+    return warmed(gemms[name], stream)
 
 
 def capture(name, warmed=None):

@@ -22,44 +22,18 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from sglang_fp32gemm import backends, exactness
-from sglang_fp32gemm.tools import region, timing, vllm_peer
+from serial_setup import M, modes, warmed
+from sglang_fp32gemm.tools import timing
 
-M = 4
-spec = region.MODELS["pro"]
-dev = torch.device("cuda")
-x = exactness.random_bf16(M, spec.hidden, device="cuda")
-weights = region.make_weights(spec, "cuda")
-streams = region.Streams("cuda")
-plans = region.plan(spec, "serial")
-tm = timing.torch_fn("cuda")
-
-
-def bound(backend: str, form: str, n: int):
-    be = backends.by_name(backend)
-    return be.bind(be.parse(form), dev, n, spec.hidden)
-
-
-order = [("none1", None), ("torch2048", {2048: tm}),
-         ("triton2048", {2048: bound("triton", "triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s6", 2048)})]
-peer, why = vllm_peer.load(dev)
-if peer is not None:
-    order.append(("ll2048", {2048: peer.fn("splitk_2x4", M, spec.hidden)}))
-order += [("none2", None),
-          ("triton_pdl2048", {2048: bound("triton", "triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s6_pdl", 2048)}),
-          ("none3", None)]
+m = modes()
+order = [("none1", None), ("torch2048", m["torch2048"]), ("triton2048", m["triton2048"])]
+order += [("ll2048", m["ll2048"])] if "ll2048" in m else []
+order += [("none2", None), ("triton_pdl2048", m["triton_pdl2048"]), ("none3", None)]
 
 stream, pool = torch.cuda.Stream(), torch.cuda.graph_pool_handle()
 graphs = {}
 for name, gemm in order:
-    steps = region.Steps(spec, plans, weights, x, streams)
-    fn = steps.of(gemm)
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
+    steps, fn = warmed(gemm, stream)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g, pool=pool, stream=stream):
         fn()

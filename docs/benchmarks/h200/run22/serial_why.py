@@ -32,34 +32,15 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from sglang_fp32gemm import backends, exactness
-from sglang_fp32gemm.tools import region, timing, vllm_peer
+from serial_setup import M, spec, streams, warmed, weights, x
+from serial_setup import modes as all_modes
+from sglang_fp32gemm import exactness
+from sglang_fp32gemm.tools import region, timing
 
-M = 4
 OUT_JSON = sys.argv[1]
 ORDER = sys.argv[2] if len(sys.argv) > 2 else "fresh"
-spec = region.MODELS["pro"]
-dev = torch.device("cuda")
-x = exactness.random_bf16(M, spec.hidden, device="cuda")
-weights = region.make_weights(spec, "cuda")
-streams = region.Streams("cuda")
-plans = region.plan(spec, "serial")
 tm = timing.torch_fn("cuda")
-
-
-def bound(backend: str, form: str, n: int):
-    be = backends.by_name(backend)
-    return be.bind(be.parse(form), dev, n, spec.hidden)
-
-
-modes = {"none": None, "torch2048": {2048: tm}, "torch_all": {512: tm, 1024: tm, 2048: tm},
-         "triton_pdl2048": {2048: bound("triton", "triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s6_pdl", 2048)},
-         "triton2048": {2048: bound("triton", "triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s6", 2048)}}
-peer, why = vllm_peer.load(dev)
-if peer is not None:
-    modes["ll2048"] = {2048: peer.fn("splitk_2x4", M, spec.hidden)}
-else:
-    print("ll_bf16 unavailable:", why, flush=True)
+modes = all_modes()
 
 
 def after_copy(fn):
@@ -165,18 +146,11 @@ for way in ("sglang", "private"):
     for name, gemm in modes.items():
         rec: dict = {}
         try:
-            steps = region.Steps(spec, plans, weights, x, streams)
-            fn = steps.of(gemm)
             if way == "sglang":
                 stream, pool = timer._capture_on()
             else:
                 stream, pool = torch.cuda.Stream(), None
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                fn()
-                fn()
-            torch.cuda.current_stream().wait_stream(stream)
-            torch.cuda.synchronize()
+            steps, fn = warmed(gemm, stream)
             try:
                 g = torch.cuda.CUDAGraph(keep_graph=True)
             except TypeError:  # an older torch: no graph to read back

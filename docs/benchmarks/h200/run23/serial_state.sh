@@ -11,13 +11,6 @@
 set -uo pipefail
 . docs/benchmarks/h200/run20/common.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-mkdir -p "$OUT/position"
-timeout -k 5 90 python3 docs/benchmarks/h200/run22/position.py "$OUT/position/position.json" > "$OUT/position/position.txt" 2>&1
-echo "position rc=$?"; grep -vE "Warning|warn" "$OUT/position/position.txt" | cut -c1-600
-o=$OUT/serial; mkdir -p "$o"
-timeout -k 5 400 python3 -m sglang_fp32gemm bench --region --region-model pro --region-m ${PAIR_M:-1,2,4,8} \
-  --region-schedule serial --region-rounds 3 --backends cutedsl-dot triton \
-  --tune-log docs/benchmarks/h200/tune_log.jsonl.gz docs/benchmarks/h200/run16/tune_log_serial_16b.jsonl.gz \
-  configs/sm90_serial.csv --out-dir "$o" > "$o/bench.txt" 2>&1
-echo "serial rc=$?"; grep -E "\] region|region pro|route check|precision|SUSPECT|overlapped_first" "$o/bench.txt" | cut -c1-300
+diag_py position position 90 docs/benchmarks/h200/run22/position.py
+serial_pair_bench "$OUT/serial" 400 "${PAIR_M:-1,2,4,8}"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
