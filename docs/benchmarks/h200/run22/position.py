@@ -1,4 +1,5 @@
-"""Run 22's next diagnosis (device; run by run23/serial_state.sh, not yet run): does the timing position alone put a serial step in the fast state?
+"""Run 22's next diagnosis (device; run23/serial_state.sh runs it; not yet run): does the timing position alone
+put a serial step in the fast state?
 
     python3 docs/benchmarks/h200/run22/position.py OUT.json
 
