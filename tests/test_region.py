@@ -10,6 +10,7 @@ router's counters and write its files. No GPU: streams are no-ops, a fake timer 
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
@@ -550,7 +551,7 @@ def test_region_defaults():
     assert a.region_model == ["pro", "flash"] and a.region_schedule == ["serial"]
 
 
-def test_a_process_first_serial_capture_comes_after_one_overlapped_capture(monkeypatch):
+def test_a_process_first_serial_capture_comes_after_one_overlapped_capture(monkeypatch, caplog):
     """region.overlapped_first: on CUDA, before any overlapped step was made in the process, one is captured
     (torch at every fp32 GEMM) through the timer; then, or once any overlapped step was made, nothing."""
     spec = region.MODELS["tiny"]
@@ -576,6 +577,15 @@ def test_a_process_first_serial_capture_comes_after_one_overlapped_capture(monke
     region.Steps(spec, region.plan(spec, "overlapped"), weights, x, streams).of(None)  # made by a bench's row
     assert region._overlapped_made and captured == [3]
     assert region.overlapped_first(Timer(), spec, weights, x, streams, timing.torch_mm) is False
+
+    class Failing:
+        def step(self, fn, replays):
+            raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(region, "_overlapped_made", False)
+    with caplog.at_level(logging.WARNING, logger="sglang_fp32gemm.tools.region"):
+        assert region.overlapped_first(Failing(), spec, weights, x, streams, timing.torch_mm) is False
+    assert "serial steps are timed without it" in caplog.text and "out of memory" in caplog.text
 
 
 def test_bench_region_captures_one_overlapped_step_before_a_process_first_serial_row(tmp_path, monkeypatch,
