@@ -150,12 +150,12 @@ def measure(bench, ctx: Ctx, m: int, schedule: str, replays: int, rounds: int) -
                            "add_per_layer_us": {}, "rel_err": {}, "allclose": {}, "kernel": {}, "note": {}}
     if schedule == "overlapped" and region.schedule_for(m, bench.device) == "serial":
         rec["note"]["schedule"] = f"SGLang runs M={m} serially on this device (above its multi-stream limit)"
-    modes = {name: gemm for name, gemm in _fp32_modes(bench, ctx, m, schedule, rec).items()
-             if name == "none" or gemm}
     if schedule == "serial" and region.overlapped_first(bench.timer, spec, ctx.weights, x, ctx.streams,
-                                                        bench.torch_fn):
+                                                        bench.torch_fn):  # before any timing of this row
         rec["note"]["overlapped_first"] = ("this process had captured no overlapped step: one (torch) was "
                                            "captured first, as a SGLang server has (run 22)")
+    modes = {name: gemm for name, gemm in _fp32_modes(bench, ctx, m, schedule, rec).items()
+             if name == "none" or gemm}
     steps = region.Steps(spec, ctx.plans[schedule], ctx.weights, x, ctx.streams)
     times: dict[str, list[float]] = {name: [] for name in modes}
     router = routing.get_router()
