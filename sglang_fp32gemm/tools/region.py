@@ -395,9 +395,9 @@ class Steps:
 
 def overlapped_first(timer, spec: ModelSpec, weights: Sequence[dict[str, torch.Tensor]], x: torch.Tensor,
                      streams: Streams, torch_fn: Callable) -> bool:
-    """Before a process's first serial capture: capture and replay the overlapped step once, ``torch_fn`` at every
-    fp32 GEMM, as a SGLang server on Hopper has captured both kinds of batch before it replays either. Whether
-    it did.
+    """Before a process first times anything for a serial schedule: capture and replay the overlapped step once,
+    ``torch_fn`` at every fp32 GEMM, as a SGLang server on Hopper has captured both kinds of batch before it
+    replays either. Whether it did.
 
     Run 22 (H100): in a process that had captured no overlapped step, a serial step with PDL launches or
     cuBLAS kernels, timed right after its own capture, ran its whole chain with a quarter of the usual gaps

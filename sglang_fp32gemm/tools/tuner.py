@@ -250,12 +250,10 @@ class Tuner:
     def setting(self, m: int, n: int, k: int, x: torch.Tensor) -> Setting:
         """Where ``rank`` times the finalists: the region model of the shape's model (serial at every M for
         ``serial``: SGLang's steps outside its multi-stream region), else the chain. A pair (``pair``) is timed
-        in the serial schedule with each ratio-4 layer's two GEMMs one call of it, the other fp32 GEMMs left out.
-        A process's first serial setting comes after one overlapped capture (``region.overlapped_first``)."""
+        in the serial schedule with each ratio-4 layer's two GEMMs one call of it, the other fp32 GEMMs left out."""
         if self.pair:
             spec = region.pair_spec_for(n, k)
             weights, streams = self._region(spec)
-            region.overlapped_first(self.timer, spec, weights, x, streams, self.torch_fn)
             plans = region.plan(spec, "serial")
             steps = region.Steps(spec, plans, weights, x, streams)
             return Setting(f"region:{spec.name}:serial:pair", region.pairs(plans),
@@ -266,13 +264,24 @@ class Tuner:
             return Setting("chain", CHAIN_LAYERS, lambda fn: timing.chain_step(x, weights, fn),
                            lambda: [(x, w) for w in weights["wf"]])
         weights, streams = self._region(spec)
-        schedule = "serial" if self.rank == "serial" else region.schedule_for(m, self.device)
-        if schedule == "serial":
-            region.overlapped_first(self.timer, spec, weights, x, streams, self.torch_fn)
+        schedule = self._schedule(m)
         steps = region.Steps(spec, region.plan(spec, schedule), weights, x, streams)
         return Setting(f"region:{spec.name}:{schedule}", region.fp32_calls(spec, n),
                        lambda fn: steps.of(None if fn is None else {n: fn}),
                        steps.operands, schedule == "serial")
+
+    def _schedule(self, m: int) -> str:
+        """The region schedule a region rank times M in: serial at every M for ``serial`` (and pairs)."""
+        return "serial" if self.rank == "serial" else region.schedule_for(m, self.device)
+
+    def _overlapped_first(self, m: int, n: int, k: int, x: torch.Tensor) -> None:
+        """Before a shape ranked in a serial schedule is timed at all (alone too): one overlapped capture, once a
+        process (``region.overlapped_first``: as a SGLang server has captured both kinds of batch; run 22)."""
+        spec = region.pair_spec_for(n, k) if self.pair else \
+            region.spec_for(n, k) if self.rank in ("region", "serial") else None
+        if spec is not None and self._schedule(m) == "serial":
+            weights, streams = self._region(spec)
+            region.overlapped_first(self.timer, spec, weights, x, streams, self.torch_fn)
 
     def _region(self, spec: region.ModelSpec) -> tuple:
         if spec.name not in self._regions:
@@ -371,6 +380,7 @@ class Tuner:
 
     def shape(self, m: int, n: int, k: int, bucket: list[int], cands: list[Candidate]) -> ShapeResult:
         x = exactness.random_bf16(m, k, device=self.device)
+        self._overlapped_first(m, n, k, x)
         weights = self.weights(n, k)
         torch_alone = self.alone(self.torch_of(n, k), n, k)
         torch_us = self.timer.per_call(torch_alone, x, weights, replays=self.screen_replays)
