@@ -379,8 +379,7 @@ def test_a_serial_row_whose_columns_add_less_than_their_calls_alone_is_suspect(t
     """Serial (one stream): each column's calls are timed alone at every fp32 shape. tiny has 3 calls in 3
     layers, each adding 4 us a layer in the step: against 1 us a call alone that fits; against 10 us a call
     alone (10 a layer) that is not their cost (run 22: the rest of the step ran faster than the base), the row
-    says so, and the serial target is not
-    measured at that M rather than met or missed."""
+    says so, and the serial target is not measured at that M rather than met or missed."""
     from sglang_fp32gemm.tools import targets
 
     class Timer(StepTimer):

@@ -70,7 +70,8 @@ for name, g in graphs.items():
         gaps.append(statistics.mean(max(0.0, b[0] - a[1]) for a, b in zip(r, r[1:])))
         base_busy.append(sum(e - s for s, e, n in r if not any(k in n for k in GEMM_NAMES)))
     rec.update(wall_us=round(statistics.median(walls), 1), busy_us=round(statistics.median(busys), 1),
-               mean_gap_us=round(statistics.median(gaps), 3), other_kernels_busy_us=round(statistics.median(base_busy), 1))
+               mean_gap_us=round(statistics.median(gaps), 3),
+               other_kernels_busy_us=round(statistics.median(base_busy), 1))
     out["profile"][name] = rec
     print("profile", name, json.dumps(rec), flush=True)
 json.dump(out, open(sys.argv[1], "w"), indent=1)
