@@ -62,6 +62,16 @@ class PairBinder:
         return joined_fn(self.backend.bind_pair(cfg, device, n1, self.n2, k), n1)  # type: ignore[attr-defined]
 
 
+def not_taken(backend: Backend, cfg: Any, m: int, widths: tuple[int, ...], k: int) -> Optional[tuple[int, str]]:
+    """The first of ``widths`` that ``backend``'s form ``cfg`` does not take at M, and why; None where it takes them
+    all (a pair form is the single form's tiles over each weight, so it needs both)."""
+    for width in widths:
+        ok, why = backend.supports(cfg, m, width, k)
+        if not ok:
+            return width, why
+    return None
+
+
 def on_halves(pair: Callable[..., tuple], n1: int) -> Callable[[torch.Tensor, torch.Tensor], tuple]:
     """``pair(x, w1, w2)`` as ``fn(x, w)`` over one weight of N1 + N2 rows: its first ``n1`` rows and the rest."""
     return lambda x, w: pair(x, w[:n1], w[n1:])
@@ -146,10 +156,9 @@ class PairRoutes:
         p = self.table.plan(self.table.device_key_of(device), m, n1 + n2, k)
         if p.backend is None or not hasattr(p.backend, "bind_pair"):
             return PairEntry(None, None, p.reason)
-        for width in (n1, n2):
-            ok, why = p.backend.supports(p.cfg, m, width, k)
-            if not ok:
-                return PairEntry(None, None, f"{p.backend.name}: {why}")
+        miss = not_taken(p.backend, p.cfg, m, (n1, n2), k)
+        if miss is not None:
+            return PairEntry(None, None, f"{p.backend.name}: {miss[1]}")
         bound = self.kernels.get(PairBinder(p.backend, n1, n2), p.cfg, device, n1 + n2, k, p.row.M)
         if bound.fn is None:
             return PairEntry(None, bound, bound.disabled_reason)

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from sglang_fp32gemm import exactness, table
+from sglang_fp32gemm import exactness, pairs, table
 from sglang_fp32gemm.tools import common, timing, vllm_peer
 from sglang_fp32gemm.tools.picks import Picks
 
@@ -108,7 +108,7 @@ class Bench:
                 offers.append((b, cfg, kernel, source if cfg is None else f"{source} at N={width}"))
         why = "no available backend has a pair form"
         for b, cfg, kernel, source in offers:
-            if cfg is None or not all(b.supports(cfg, m, part, k)[0] for part in (n, n2)):
+            if cfg is None or pairs.not_taken(b, cfg, m, (n, n2), k) is not None:
                 why = f"{b.name}: {source if cfg is None else f'{kernel} does not take N={n} and N={n2}'}"
                 continue
             key = (b.name, cfg, n, n2, k)

@@ -70,11 +70,8 @@ class PairForm:
         """Whether the form takes both widths at this M (a pair form is the single form's tiles over two W)."""
         if n != self.n1 + self.n2:
             return False, f"N={n} is not {self.n1} + {self.n2}"
-        for width in (self.n1, self.n2):
-            ok, why = self.backend.supports(cfg, m, width, k)
-            if not ok:
-                return False, f"N={width}: {why}"
-        return True, "ok"
+        miss = pairs.not_taken(self.backend, cfg, m, (self.n1, self.n2), k)
+        return (True, "ok") if miss is None else (False, f"N={miss[0]}: {miss[1]}")
 
     def parse(self, kernel: str) -> Any:
         return self.backend.parse(kernel)
