@@ -248,35 +248,34 @@ class Tuner:
         """Where ``rank`` times the finalists: the region model of the shape's model (serial at every M for
         ``serial``: SGLang's steps outside its multi-stream region), else the chain. A pair (``pair``) is timed
         in the serial schedule with each ratio-4 layer's two GEMMs one call of it, the other fp32 GEMMs left out."""
-        if self.pair:
-            spec = region.pair_spec_for(n, k)
-            weights, streams = self._region(spec)
-            plans = region.plan(spec, "serial")
-            steps = region.Steps(spec, plans, weights, x, streams)
-            return Setting(f"region:{spec.name}:serial:pair", region.pairs(plans),
-                           lambda fn: steps.of(None if fn is None else {"pair": fn.pair}), steps.operands)
-        spec = region.spec_for(n, k) if self.rank in ("region", "serial") else None
+        spec, schedule = self._region_of(m, n, k)
         if spec is None:
             weights = timing.chain_weights(CHAIN_LAYERS, n, k, self.device)
             return Setting("chain", CHAIN_LAYERS, lambda fn: timing.chain_step(x, weights, fn),
                            lambda: [(x, w) for w in weights["wf"]])
         weights, streams = self._region(spec)
-        schedule = self._schedule(m)
-        steps = region.Steps(spec, region.plan(spec, schedule), weights, x, streams)
+        plans = region.plan(spec, schedule)
+        steps = region.Steps(spec, plans, weights, x, streams)
+        if self.pair:
+            return Setting(f"region:{spec.name}:serial:pair", region.pairs(plans),
+                           lambda fn: steps.of(None if fn is None else {"pair": fn.pair}), steps.operands)
         return Setting(f"region:{spec.name}:{schedule}", region.fp32_calls(spec, n),
                        lambda fn: steps.of(None if fn is None else {n: fn}),
                        steps.operands, schedule == "serial")
 
-    def _schedule(self, m: int) -> str:
-        """The region schedule a region rank times M in: serial at every M for ``serial`` (and pairs)."""
-        return "serial" if self.rank == "serial" else region.schedule_for(m, self.device)
+    def _region_of(self, m: int, n: int, k: int) -> tuple[Optional[region.ModelSpec], str]:
+        """(the model whose region ``setting`` times the shape in, None for the chain; its schedule): a pair's
+        model, serial; with rank region or serial the shape's model, serial at every M for ``serial``."""
+        if self.pair:
+            return region.pair_spec_for(n, k), "serial"
+        spec = region.spec_for(n, k) if self.rank in ("region", "serial") else None
+        return spec, "serial" if self.rank == "serial" else region.schedule_for(m, self.device)
 
     def _overlapped_first(self, m: int, n: int, k: int, x: torch.Tensor) -> None:
         """Before a shape ranked in a serial schedule is timed at all (alone too): one overlapped capture, once a
         process (``region.overlapped_first``: as a SGLang server has captured both kinds of batch; run 22)."""
-        spec = region.pair_spec_for(n, k) if self.pair else \
-            region.spec_for(n, k) if self.rank in ("region", "serial") else None
-        if spec is not None and self._schedule(m) == "serial":
+        spec, schedule = self._region_of(m, n, k)
+        if spec is not None and schedule == "serial":
             weights, streams = self._region(spec)
             region.overlapped_first(self.timer, spec, weights, x, streams, self.torch_fn)
 
