@@ -300,13 +300,18 @@ def pairs(plans: Sequence[Sequence[Step]]) -> int:
     return sum(1 for steps in plans if paired(steps))
 
 
+def on_side_streams(steps: Sequence[Step]) -> bool:
+    """Whether a layer's steps use SGLang's side streams (the overlapped schedule)."""
+    return any(s.stream != MAIN for s in steps)
+
+
 def layer_mark(steps: Sequence[Step]):
     """What the router is told while a layer of ``steps`` is issued, as SGLang tells it: a layer on the
     side streams runs inside the multi-stream prepare, which marks its region (``routing.overlapped``);
     a serial layer marks nothing."""
     from sglang_fp32gemm import routing
 
-    return routing.overlapped() if any(s.stream != MAIN for s in steps) else contextlib.nullcontext()
+    return routing.overlapped() if on_side_streams(steps) else contextlib.nullcontext()
 
 
 def run_layers(plans: Sequence[Sequence[Step]], weights: Sequence[dict[str, torch.Tensor]], x: torch.Tensor,
@@ -376,7 +381,7 @@ class Steps:
 
     def of(self, gemm: Gemm) -> Callable[[], list[torch.Tensor]]:
         global _overlapped_made
-        if self.streams.cuda and any(s.stream != MAIN for steps in self.plans for s in steps):
+        if self.streams.cuda and any(on_side_streams(steps) for steps in self.plans):
             _overlapped_made = True
 
         def step() -> list[torch.Tensor]:
