@@ -1,4 +1,4 @@
-"""Run 22's next diagnosis (device; run23/serial_state.sh runs it; not yet run): does the timing position alone
+"""Run 22's next diagnosis (device; run23/serial_state.sh runs it; ran as 23a): does the timing position alone
 put a serial step in the fast state?
 
     python3 docs/benchmarks/h200/run22/position.py OUT.json

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run 23, call A (device, from the repository root; carry .cutedsl .devsite .vllm_ll; timeout_s 560; not yet run).
+# Run 23, call A (device, from the repository root; carry .cutedsl .devsite .vllm_ll; timeout_s 560; ran as 23a).
 # After run 22 (H100): serial steps timed right after their own capture, in a process with no overlapped capture,
 # ran in a state where the whole step's launch gaps shrink (SUSPECT); stop 35 puts one overlapped capture before a
 # process's first serial capture (region.overlapped_first), as a SGLang server has captured both kinds of batch.
