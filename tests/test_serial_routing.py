@@ -224,16 +224,36 @@ def test_the_region_hook_traces_under_fullgraph_compile():
     assert torch.equal(hooks.around_overlapped(prepare, None, a), a * 2 + 1) and seen[-1] is True
 
 
+def test_the_packaged_pair_rows_route_v4_pro_at_m_1_to_16(monkeypatch):
+    """configs/sm90_pair.csv (run 23): V4-Pro's ratio-4 pair is one launch at M 1-16 on a 132-SM sm90
+    device (the dot pair at M 1-2, Triton's above; M 3 and 5-15 by aiter's bucketing), each call its own
+    route above M=16; V4-Flash's pair has no rows."""
+    monkeypatch.delenv("SGLANG_FLYDSL_FP32_GEMM_CONFIG", raising=False)
+    code, text = explain_mod.explain("sm90:132", max_m=32)
+    assert code == 0, text
+    assert "pair table: configs/sm90_pair.csv (" in text
+    pro = text.split("N=512+2048 K=7168")[1].split("  N=")[0]
+    lines = [line.strip() for line in pro.splitlines()[1:] if line.strip()]
+    assert lines[0].startswith("M=1        cutedsl-dot cutedsl_dot_m1_t448_r1_pdl pair 512+2048 (row "
+                               "configs/sm90_pair.csv:2)"), lines
+    assert lines[1].startswith("M=2        cutedsl-dot "), lines
+    assert all(" triton " in line for line in lines[2:-1]), lines
+    assert lines[-1] == "M=17-32    each call its own route", lines
+    flash = text.split("N=512+2048 K=4096")[1].split("  N=")[0]
+    assert [line.strip() for line in flash.splitlines()[1:] if line.strip()][0] == "M=1-32     each call its own route"
+
+
 def test_explain_for_an_h200_with_a_pair_file_shows_the_pair_routes(tmp_path, monkeypatch):
     """A pair file: explain names it and, for V4-Pro's ratio-4 pair, the pair kernel at the M its row serves
-    (aiter's lookup: the M=2 row serves M=2 alone) and each call its own route elsewhere."""
+    (aiter's lookup: the M=2 row serves M=2 alone) and each call its own route elsewhere. An sm90 device
+    with 114 SMs (an H100 PCIe), which the packaged pair rows (132 SMs) do not serve."""
     path = tmp_path / "mine_pair.csv"
     path.write_text(rows_csv([(2, 2560, 7168, "cutedsl_dot_m2_t448_r2_pdl")], libtype="cutedsl", gfx="sm90",
-                             cu_num=132))
+                             cu_num=114))
     monkeypatch.setenv("SGLANG_FLYDSL_FP32_GEMM_CONFIG", str(path))
-    code, text = explain_mod.explain("sm90:132", max_m=4)
+    code, text = explain_mod.explain("sm90:114", max_m=4)
     assert code == 0, text
-    assert f"pair table: {path} (1 rows" in text
+    assert f"pair table: configs/sm90_pair.csv, {path} (" in text
     block = text.split("N=512+2048 K=7168")[1].split("  N=")[0]
     lines = [line.strip() for line in block.splitlines()[1:] if line.strip()]
     assert lines[0] == "M=1        each call its own route", lines
