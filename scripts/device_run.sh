@@ -145,7 +145,7 @@ step_fuzz() {
 }
 
 step_explain() {
-  SGLANG_ENABLE_FLYDSL_FP32_GEMM=1 timeout 60 python3 -m sglang_fp32gemm explain --max-m 32 > "$OUT/explain.txt" 2>&1
+  SGLANG_ENABLE_FLYDSL_FP32_GEMM=1 timeout 300 python3 -m sglang_fp32gemm explain --max-m 32 > "$OUT/explain.txt" 2>&1
   echo "explain rc=$?"
 }
 

@@ -14,7 +14,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 export SGLANG_FLYDSL_FP32_GEMM_CONFIG=${1:-docs/benchmarks/h200/run21/sm90_candidate_pair.csv}
 echo "pair table: $SGLANG_FLYDSL_FP32_GEMM_CONFIG"
 o=$OUT/pair_b; mkdir -p "$o"
-SGLANG_ENABLE_FLYDSL_FP32_GEMM=1 timeout -k 5 60 python3 -m sglang_fp32gemm explain --max-m 32 > "$o/explain.txt" 2>&1
+SGLANG_ENABLE_FLYDSL_FP32_GEMM=1 timeout -k 5 60 python3 -m sglang_fp32gemm explain --max-m 32 --device-key sm90:132 > "$o/explain.txt" 2>&1
 echo "explain rc=$?"; grep -A9 "N=512+2048 K=7168" "$o/explain.txt" | cut -c1-200
 timeout -k 5 400 python3 -m sglang_fp32gemm bench --region --region-model pro --region-m 1,2,4,8,16,32 \
   --region-schedule serial --region-rounds 3 --backends triton \
