@@ -243,7 +243,7 @@ def test_the_packaged_pair_rows_route_v4_pro_at_m_1_to_16(monkeypatch):
     assert [line.strip() for line in flash.splitlines()[1:] if line.strip()][0] == "M=1-32     each call its own route"
 
 
-def test_explain_for_an_h200_with_a_pair_file_shows_the_pair_routes(tmp_path, monkeypatch):
+def test_explain_with_a_pair_file_shows_its_pair_routes(tmp_path, monkeypatch):
     """A pair file: explain names it and, for V4-Pro's ratio-4 pair, the pair kernel at the M its row serves
     (aiter's lookup: the M=2 row serves M=2 alone) and each call its own route elsewhere. An sm90 device
     with 114 SMs (an H100 PCIe), which the packaged pair rows (132 SMs) do not serve."""
