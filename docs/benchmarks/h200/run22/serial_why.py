@@ -49,7 +49,7 @@ def after_copy(fn):
     return lambda a, w: fn(a.clone(), w)
 
 
-for name in ("torch2048", "triton_pdl2048", "ll2048"):
+for name in ("torch2048", "triton_pdl2048", "ll2048", "dot_pdl2048"):
     if name in modes:
         modes[name + "_dep"] = {n: after_copy(f) for n, f in modes[name].items()}
 
