@@ -37,6 +37,19 @@ serial_pair_bench() {
   grep -E "\] region|region pro|route check|precision|SUSPECT|overlapped_first" "$o/bench.txt" | cut -c1-300
 }
 
+# pair_tune_rows ROWS K BUDGET: tune --rank serial --pair (cutedsl-dot and Triton, M 1 2 4 8 16) at K into ROWS,
+# its log beside it, under BUDGET + 40 s; prints the rows; fails where it wrote none (run 21 call C, run 23d).
+pair_tune_rows() {
+  local rows=$1 k=$2 budget=$3 d
+  d=$(dirname "$rows")
+  timeout -k 10 $((budget + 40)) python3 -m sglang_fp32gemm tune --rank serial --pair --backends cutedsl-dot triton \
+    --m 1 2 4 8 16 --k "$k" --budget-s "$budget" --out "$rows" --summary "$d/summary.json" \
+    --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
+  echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 8 | cut -c1-220
+  [ -s "$rows" ] && [ "$(grep -vc '^gfx' "$rows")" -gt 0 ] || { echo "no pair rows"; return 1; }
+  grep -v '^gfx' "$rows" | cut -d, -f3-5,11,14,15
+}
+
 # diag_py DIR NAME SECONDS SCRIPT [ARGS...]: python3 SCRIPT $OUT/DIR/NAME.json ARGS... under timeout, its output in
 # $OUT/DIR/NAME.txt, then its rc and that output less warnings (run 22's diagnoses).
 diag_py() {

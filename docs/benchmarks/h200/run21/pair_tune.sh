@@ -12,11 +12,6 @@ set -uo pipefail
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 d=$OUT/pair_tune; mkdir -p "$d"
 rows=$d/sm90_21c_pair.csv
-timeout -k 10 280 python3 -m sglang_fp32gemm tune --rank serial --pair --backends cutedsl-dot triton \
-  --m 1 2 4 8 16 --k 7168 --budget-s 240 --out "$rows" --summary "$d/summary.json" \
-  --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
-echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 8 | cut -c1-220
-[ -s "$rows" ] && [ "$(grep -vc '^gfx' "$rows")" -gt 0 ] || { echo "no pair rows"; exit 0; }
-grep -v '^gfx' "$rows" | cut -d, -f3-5,11,14,15
+pair_tune_rows "$rows" 7168 240 || exit 0
 region_ab "$rows" 70 --region-m 1,2,4,8,16 --region-schedule serial
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader

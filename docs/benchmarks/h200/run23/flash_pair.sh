@@ -8,12 +8,7 @@ set -uo pipefail
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 d=$OUT/flash_pair; mkdir -p "$d"
 rows=$d/sm90_23d_flash_pair.csv
-timeout -k 10 200 python3 -m sglang_fp32gemm tune --rank serial --pair --backends cutedsl-dot triton \
-  --m 1 2 4 8 16 --k 4096 --budget-s 160 --out "$rows" --summary "$d/summary.json" \
-  --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
-echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 8 | cut -c1-220
-[ -s "$rows" ] && [ "$(grep -vc '^gfx' "$rows")" -gt 0 ] || { echo "no pair rows"; exit 0; }
-grep -v '^gfx' "$rows" | cut -d, -f3-5,11,14,15
+pair_tune_rows "$rows" 4096 160 || exit 0
 for v in A B; do
   o=$d/$v; mkdir -p "$o"; cfg=$rows; [ $v = B ] && cfg=
   SGLANG_FLYDSL_FP32_GEMM_CONFIG=$cfg timeout -k 5 80 python3 -m sglang_fp32gemm bench --region \
