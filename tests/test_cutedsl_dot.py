@@ -22,7 +22,8 @@ from sglang_fp32gemm.backends.cutedsl_dot import MAX_W_VECTORS, CuteDSLDotBacken
 from sglang_fp32gemm.backends.cutedsl_warp import CuteDSLWarpBackend
 
 
-@pytest.mark.parametrize("cfg", [DotConfig(1, 128, 2, True), DotConfig(4, 64, 1), DotConfig(2, 256, 4, False)])
+@pytest.mark.parametrize("cfg", [DotConfig(1, 128, 2, True), DotConfig(4, 64, 1), DotConfig(2, 256, 4, False),
+                                 DotConfig(2, 448, 1, True, True), DotConfig(4, 128, 2, False, True)])
 def test_names_round_trip(cfg):
     assert DotConfig.parse(cfg.name) == cfg
     assert CuteDSLDotBackend().kernel_name(cfg) == cfg.name
@@ -33,6 +34,8 @@ def test_names_round_trip(cfg):
     ("cutedsl_dot_m1_t100_r1", "threads=100"),
     ("cutedsl_dot_m1_t128_r3", "rows=3"),
     ("cutedsl_dot_m1_t128", "is not of the form"),
+    ("cutedsl_dot_m1_t448_r1_pdl_bx", "max_m=1 has one row of x"),
+    ("cutedsl_dot_m2_t448_r1_bx_pdl", "is not of the form"),
     ("cutedsl_warpsplitk_o16_t8_k256_s8_b1", "is not of the form"),
 ])
 def test_bad_names_say_what_is_wrong(name, why):
@@ -83,6 +86,12 @@ def test_candidates_only_at_m_1_2_4_and_every_one_takes_the_shape():
     assert {(c.threads, c.rows) for c in b.candidates(1, 512, 7168)} == {
         (64, 1), (64, 2), (128, 1), (128, 2), (128, 4), (224, 1), (224, 2), (224, 4), (448, 1), (448, 2), (448, 4),
         (896, 1), (896, 2), (896, 4)}
+    # M 2 and 4: every form also with branchless x loads; M=1 has no branch to remove.
+    assert not any(c.branchless_x for c in b.candidates(1, 512, 7168))
+    for m in (2, 4):
+        cands = b.candidates(m, 2048, 7168)
+        plain = {(c.threads, c.rows) for c in cands if not c.branchless_x}
+        assert plain and plain == {(c.threads, c.rows) for c in cands if c.branchless_x}
 
 
 _SIZES_AGREE = """
@@ -142,6 +151,25 @@ def test_compiled_for_sm90_on_this_cpu_the_w_loads_come_first_and_nothing_is_ato
         assert "griddepcontrol.launch_dependents" in body
     else:
         assert "griddepcontrol" not in body
+
+
+def _branches_between_wait_and_release(ptx: str) -> int:
+    body = ptx[ptx.index("griddepcontrol.wait"):ptx.index("griddepcontrol.launch_dependents")]
+    return len(re.findall(r"@%p\d+ bra", body))
+
+
+def test_the_bx_form_loads_x_with_no_branch_on_m_and_changes_nothing_else(tmp_path):
+    """``_bx`` (stop 36): the plain form at max_m=2 branches on each row of x after the wait (in its sm_90a SASS
+    the second row's loads wait for the first row's multiplies); the ``_bx`` form has no branch there, the same
+    loads and the same multiply-adds (the same sums in the same order: one order reference for both)."""
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "bx").mkdir()
+    plain = _compile_and_read_ptx(tmp_path / "plain", DotConfig(2, 448, 1, True), 2048, 7168)
+    bx = _compile_and_read_ptx(tmp_path / "bx", DotConfig(2, 448, 1, True, True), 2048, 7168)
+    assert _branches_between_wait_and_release(plain) == 2
+    assert _branches_between_wait_and_release(bx) == 0
+    for pattern in (r"ld\.global[.a-z0-9]*\.v4", r"\bfma\.rn\.f32\b", r"st\.global"):
+        assert len(re.findall(pattern, plain)) == len(re.findall(pattern, bx)), pattern
 
 
 _PAIR_PTX = """

@@ -21,8 +21,8 @@ from sglang_fp32gemm.backends.cutedsl_tvm import VEC, TvmFfiBackend, check_w, co
 
 MAX_M = 4                 # the dot product wins only at the smallest M (issue 15)
 ROWS = (1, 2, 4)
-_FORM = "cutedsl_dot_m<MAX_M>_t<THREADS>_r<ROWS>[_pdl]"
-_NAME_RE = re.compile(r"^cutedsl_dot_m(?P<m>\d+)_t(?P<t>\d+)_r(?P<r>\d+)(?P<pdl>_pdl)?$")
+_FORM = "cutedsl_dot_m<MAX_M>_t<THREADS>_r<ROWS>[_pdl][_bx]"
+_NAME_RE = re.compile(r"^cutedsl_dot_m(?P<m>\d+)_t(?P<t>\d+)_r(?P<r>\d+)(?P<pdl>_pdl)?(?P<bx>_bx)?$")
 # A thread keeps rows x K / (8 x threads) 16-byte W vectors in registers.
 MAX_W_VECTORS = 32
 
@@ -35,6 +35,8 @@ class DotConfig:
     threads: int
     rows: int
     pdl: bool = False
+    #: ``_bx``: x's rows loaded with no branch on the call's M (max_m >= 2; docs/backends/cutedsl_dot.md).
+    branchless_x: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_m <= MAX_M:
@@ -43,10 +45,13 @@ class DotConfig:
             raise ValueError(f"threads={self.threads}: must be a multiple of 32 in 32..1024")
         if self.rows not in ROWS:
             raise ValueError(f"rows={self.rows}: must be one of {ROWS}")
+        if self.branchless_x and self.max_m == 1:
+            raise ValueError("_bx: max_m=1 has one row of x and no branch to remove")
 
     @property
     def name(self) -> str:
-        return f"cutedsl_dot_m{self.max_m}_t{self.threads}_r{self.rows}" + ("_pdl" if self.pdl else "")
+        return (f"cutedsl_dot_m{self.max_m}_t{self.threads}_r{self.rows}" + ("_pdl" if self.pdl else "")
+                + ("_bx" if self.branchless_x else ""))
 
     def ctas(self, n: int) -> int:
         """CTAs a call launches: one for each ``rows`` rows of W (``compile_form`` checks the kernel's grid)."""
@@ -57,7 +62,7 @@ class DotConfig:
         g = _NAME_RE.match(name)
         if g is None:
             raise ValueError(f"kernelName {name!r} is not of the form {_FORM}")
-        return cls(int(g["m"]), int(g["t"]), int(g["r"]), g["pdl"] is not None)
+        return cls(int(g["m"]), int(g["t"]), int(g["r"]), g["pdl"] is not None, g["bx"] is not None)
 
     def check_shape(self, m: int, n: int, k: int) -> Verdict:
         if not 1 <= m <= self.max_m:
@@ -99,14 +104,14 @@ def compile_kernel(cfg: DotConfig, n: int, k: int) -> Any:
     """The TVM-FFI function ``f(x, w, out)`` for (cfg, N, K), compiled on fake tensors (M symbolic)."""
     from sglang_fp32gemm.backends.cutedsl_dot_kernel import DotKernel
 
-    return compile_form(DotKernel(n, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC), cfg, n, k)
+    return compile_form(DotKernel(n, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC, cfg.branchless_x), cfg, n, k)
 
 
 def compile_pair(cfg: DotConfig, n: int, n2: int, k: int) -> Any:
     """The TVM-FFI function ``f(x, w, out, w2, out2)``: both products of ``cfg``'s form in one launch."""
     from sglang_fp32gemm.backends.cutedsl_dot_kernel import DotPairKernel
 
-    kern = DotPairKernel(n, n2, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC)
+    kern = DotPairKernel(n, n2, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC, cfg.branchless_x)
     return compile_form(kern, cfg, n, k, n2=n2)
 
 
@@ -127,16 +132,17 @@ class CuteDSLDotBackend(TvmFfiBackend):
     def candidates(self, m: int, n: int, k: int) -> list[DotConfig]:
         """At M 1, 2 and 4 (aiter's lookup gives each its own row): every thread count from 64 to 1024
         that divides K into whole 16-byte slots (K=7168: 64, 128, 224, 448, 896) and row count that
-        tiles the shape, with PDL on sm90 and later."""
+        tiles the shape, with PDL on sm90 and later; at M 2 and 4 each also with branchless x loads."""
         if m not in (1, 2, 4):
             return []
         pdl = sm90_or_later()
         out = []
         for threads in range(64, 1025, 32):
             for rows in ROWS:
-                cfg = DotConfig(m, threads, rows, pdl)
-                if cfg.check_shape(m, n, k)[0]:
-                    out.append(cfg)
+                for bx in ((False, True) if m > 1 else (False,)):
+                    cfg = DotConfig(m, threads, rows, pdl, bx)
+                    if cfg.check_shape(m, n, k)[0]:
+                        out.append(cfg)
         return out
 
     def bind_pair(self, cfg: DotConfig, device: torch.device, n: int, n2: int, k: int) -> PairFn:

@@ -31,11 +31,13 @@ from cutlass import const_expr
 class DotKernel:
     """One compiled form: (N, K) fixed, M <= ``max_m`` at run time; ``vec`` bf16 a load (8: 16 bytes)."""
 
-    def __init__(self, n: int, k: int, threads: int, rows: int, max_m: int, pdl: bool, vec: int) -> None:
+    def __init__(self, n: int, k: int, threads: int, rows: int, max_m: int, pdl: bool, vec: int,
+                 branchless_x: bool = False) -> None:
         if threads % 32 or k % (vec * threads) or n % rows:
             raise ValueError(f"threads={threads}, rows={rows} do not tile N={n}, K={k}")
         self.n, self.k, self.threads, self.rows, self.max_m, self.pdl = n, k, threads, rows, max_m, pdl
         self.vec = vec
+        self.branchless_x = branchless_x
         self.iters = k // (vec * threads)
         self.warps = threads // 32
         self.grid = (n // rows, 1, 1)             # a CTA for each `rows` rows of W
@@ -85,19 +87,13 @@ class DotKernel:
         acc = cute.make_rmem_tensor((rows * max_m,), cutlass.Float32)
         acc.fill(0.0)
         for mm in cutlass.range_constexpr(max_m):
-            if mm < m_run:
-                x_vec = cute.zipped_divide(x[mm, None], (vec,))
-                for i in cutlass.range_constexpr(iters):
-                    src = x_vec[None, i * threads + tid]
-                    xr = cute.make_rmem_tensor_like(src)
-                    cute.autovec_copy(src, xr)
-                    xf = xr.load().to(cutlass.Float32)
-                    for r in cutlass.range_constexpr(rows):
-                        wf = wr[r * iters + i].load().to(cutlass.Float32)
-                        s = acc[r * max_m + mm]
-                        for v in cutlass.range_constexpr(vec):
-                            s = s + wf[v] * xf[v]
-                        acc[r * max_m + mm] = s
+            if const_expr(self.branchless_x):
+                # A row past the call's M reads x's last row (its sums are never stored): no branch, so the
+                # compiler may issue every row's loads before the first multiply. Behind `if mm < m_run` a
+                # row's loads wait for the row before's multiplies (sm_90a SASS, stop 36).
+                self.multiply_row(x, wr, acc, cutlass.min(mm, m_run - 1), mm)
+            elif mm < m_run:
+                self.multiply_row(x, wr, acc, mm, mm)
 
         if const_expr(self.pdl):
             # Dependents still wait for this whole grid before they read out.
@@ -120,16 +116,35 @@ class DotKernel:
                 out[mm, row0 + tid // max_m] = total
 
 
+    @cute.jit
+    def multiply_row(self, x: cute.Tensor, wr: list, acc: cute.Tensor, row, mm: int):
+        """acc[r * max_m + mm] += (W row r) . (x row ``row``) over this thread's K slots, in slot order."""
+        tid, _, _ = cute.arch.thread_idx()
+        x_vec = cute.zipped_divide(x[row, None], (self.vec,))
+        for i in cutlass.range_constexpr(self.iters):
+            src = x_vec[None, i * self.threads + tid]
+            xr = cute.make_rmem_tensor_like(src)
+            cute.autovec_copy(src, xr)
+            xf = xr.load().to(cutlass.Float32)
+            for r in cutlass.range_constexpr(self.rows):
+                wf = wr[r * self.iters + i].load().to(cutlass.Float32)
+                s = acc[r * self.max_m + mm]
+                for v in cutlass.range_constexpr(self.vec):
+                    s = s + wf[v] * xf[v]
+                acc[r * self.max_m + mm] = s
+
+
 class DotPairKernel(DotKernel):
     """Two GEMMs on the same x in one launch: out[M, N] = x @ w^T and out2[M, N2] = x @ w2^T (DeepSeek-V4's
     ratio-4 layers: the indexer's compressor, N=512, and the layer's, N=2048). The first N / rows CTAs are
     ``DotKernel``'s CTAs on (w, out), the rest the same CTAs on (w2, out2): each output's bits are those of a
     ``DotKernel`` call of the same form, and one launch pays one launch's fixed cost for both."""
 
-    def __init__(self, n: int, n2: int, k: int, threads: int, rows: int, max_m: int, pdl: bool, vec: int) -> None:
+    def __init__(self, n: int, n2: int, k: int, threads: int, rows: int, max_m: int, pdl: bool, vec: int,
+                 branchless_x: bool = False) -> None:
         if n2 <= 0 or n2 % rows:
             raise ValueError(f"rows={rows} does not tile N2={n2}")
-        super().__init__(n, k, threads, rows, max_m, pdl, vec)
+        super().__init__(n, k, threads, rows, max_m, pdl, vec, branchless_x)
         self.n2 = n2
         self.first = n // rows                    # the CTAs on (w, out)
         self.grid = (self.first + n2 // rows, 1, 1)
