@@ -115,7 +115,6 @@ class DotKernel:
                     total = total + red[tid, q]
                 out[mm, row0 + tid // max_m] = total
 
-
     @cute.jit
     def multiply_row(self, x: cute.Tensor, wr: list, acc: cute.Tensor, row, mm: int):
         """acc[r * max_m + mm] += (W row r) . (x row ``row``) over this thread's K slots, in slot order."""
