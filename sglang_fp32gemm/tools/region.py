@@ -406,9 +406,10 @@ def overlapped_first(timer, spec: ModelSpec, weights: Sequence[dict[str, torch.T
 
     Run 22 (H100): in a process that had captured no overlapped step, a serial step with PDL launches or
     cuBLAS kernels, timed right after its own capture, ran its whole chain with a quarter of the usual gaps
-    between kernels; after an overlapped capture it never did (runs 19b, 22b; docs/benchmarks/README.md,
-    run 22). Off CUDA, or once an overlapped step was made, nothing is done. If the capture fails, the serial
-    measurement goes on without it (one warning; the one-stream SUSPECT check still guards it).
+    between kernels; after an overlapped capture V4-Pro's never did (runs 19b, 22b, 23a-e), V4-Flash's still
+    did (run 23d; docs/benchmarks/README.md, runs 22-23). Off CUDA, or once an overlapped step was made,
+    nothing is done. If the capture fails, the serial measurement goes on without it (one warning); the
+    one-stream SUSPECT check guards every serial row either way.
     """
     if not streams.cuda or _overlapped_made:
         return False
