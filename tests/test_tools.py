@@ -21,7 +21,8 @@ import torch
 from sglang_fp32gemm.backends.base import OK, Backend
 from sglang_fp32gemm.table import DeviceKey, TunedRow, format_rows, m_candidates, parse_csv
 from sglang_fp32gemm import exactness
-from sglang_fp32gemm.tools import bench, buckets, cli, common, picks, region, targets, timing, tune, tune_rows, tuner
+from sglang_fp32gemm.tools import (bench, buckets, cli, common, picks, region, stopping, targets, timing, tune, tune_rows,
+                                    tuner)
 
 KEY = DeviceKey("sm90", 132)
 GRID = list(tune.M_DEFAULT)
@@ -696,10 +697,29 @@ def test_tuner_writes_a_torch_row_where_torch_wins(tmp_path):
         [(1, "torch", 2.05), (8, "torch", 2.05), (16, "torch", 2.05)]
 
 
-def test_tuner_budget_stops_cleanly_and_keeps_finished_shapes(tmp_path):
+class ClockedTimer(FakeTimer):
+    """A FakeTimer on a fake monotonic clock: each timed candidate takes ``tick`` seconds of it, whatever the
+    machine's load (a real sleep made the budget test depend on how busy the CPU was)."""
+
+    def __init__(self, *a, tick: float, **kw):
+        super().__init__(*a, **kw)
+        self.tick = tick
+        self.now = time.monotonic()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def per_call(self, fn, x, weights, replays=15):
+        self.now += self.tick
+        return super().per_call(fn, x, weights, replays)
+
+
+def test_tuner_budget_stops_cleanly_and_keeps_finished_shapes(tmp_path, monkeypatch):
     fast, det, _ = fakes()
     args = tune_args(tmp_path, m=[1, 2, 4, 8], n=[32], k=[64], budget_s=0.25)
-    tune.run(args, backends=[fast, det], device=torch.device("cpu"), timer=FakeTimer(10.0, sleep=0.01))
+    timer = ClockedTimer(10.0, tick=0.01)
+    monkeypatch.setattr(stopping, "time", timer)
+    tune.run(args, backends=[fast, det], device=torch.device("cpu"), timer=timer)
     summary = json.load(open(args.summary))
     assert summary["stopped"] and summary["missing_shapes"] and summary["shapes"]
     done = {(s["M"], s["N"], s["K"]) for s in summary["shapes"]}
