@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Run 25 (device, an H200; from the repository root; carry .cutedsl .devsite .vllm_ll; not yet run). The serial
+# table's rows at M 2 and 4 (V4-Pro, K=7168) re-tuned with the dot kernel's _bx forms, which run 24c found
+# 0.5-0.7 us a call faster than the plain forms at M=2 and 2.0-2.8 at M=4. Isolated calls take the serial
+# table too, and run 24b's largest isolated misses were at M=2 (the plain dot forms, 1.04-1.12x ll_bf16).
+#   bash docs/benchmarks/h200/run25/bx_tables.sh tune        # timeout_s 580: tune --rank serial, cutedsl-dot
+#       # (every form), Triton, SGLang's CuTe-DSL kernel (4 forms), M 2 4, N 1024 2048 512 2560 (most used
+#       # first: N=1024 is every ratio-128 layer's call); rows in $OUT/bx_tune/sm90_25_serial.csv, then the
+#       # best of each family per shape from the tune log.
+#   bash docs/benchmarks/h200/run25/bx_tables.sh ab ROWS     # timeout_s 560: A = ROWS (the tune's CSV, copied
+#       # into the repository) laid over the packaged tables, B = the packaged tables. The serial schedule,
+#       # V4-Pro, M 2 and 4, A B A B (region_ab); then isolated calls (graph replay, M 2 and 4, N 512-2560,
+#       # with ll_bf16 at its best config), A then B. A row ships where A beats B in both serial pairs and
+#       # is not slower alone.
+set -uo pipefail
+. docs/benchmarks/h200/run20/common.sh
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+logs="docs/benchmarks/h200/tune_log.jsonl.gz docs/benchmarks/h200/run16/tune_log_serial_16b.jsonl.gz"
+case ${1:?tune or ab} in
+  tune)
+    d=$OUT/bx_tune; mkdir -p "$d"
+    timeout -k 10 540 python3 -m sglang_fp32gemm tune --rank serial --backends cutedsl-dot triton cutedsl \
+      --m 2 4 --n 1024 2048 512 2560 --k 7168 --budget-s 500 --out "$d/sm90_25_serial.csv" \
+      --summary "$d/summary.json" --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
+    echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 12 | cut -c1-220
+    grep -v '^gfx' "$d/sm90_25_serial.csv" | cut -d, -f3-5,11,14,15
+    python3 - "$d/tune_log.jsonl.gz" <<'PY'
+import gzip, json, sys
+best = {}
+for line in gzip.open(sys.argv[1], "rt"):
+    r = json.loads(line)
+    if r.get("event") != "candidate" or r.get("status") != "ok" or r.get("phase") not in ("screen", "serial"):
+        continue
+    k = r["kernel"]
+    fam = "dot_bx" if k.endswith("_bx") else "dot" if k.startswith("cutedsl_dot") else k.split("_")[0]
+    key = (r["M"], r["N"], r["phase"], fam)
+    if key not in best or r["us"] < best[key][0]:
+        best[key] = (r["us"], k)
+for key in sorted(best):
+    print("M=%d N=%-4d %-6s %-8s %.2f us %s" % (*key, *best[key]))
+PY
+    ;;
+  ab)
+    rows=${2:?the tuned rows (a CSV in the repository)}
+    region_ab "$rows" 60 --region-m 2,4 --region-schedule serial
+    for v in A B; do
+      o=$OUT/iso/$v; mkdir -p "$o"
+      cfg=$rows; [ $v = B ] && cfg=
+      # shellcheck disable=SC2086
+      SGLANG_FLYDSL_FP32_GEMM_CONFIG=$cfg timeout -k 5 100 python3 -m sglang_fp32gemm bench --graph \
+        --backends cutedsl --m 2,4 --n 512 1024 2048 2560 --k 7168 --tune-log $logs --out-dir "$o" \
+        > "$o/bench.txt" 2>&1
+      echo "isolated $v rc=$?"; grep -E "precision|routed/torch" "$o/bench.txt" | cut -c1-200
+      sed -n '/^== Isolated/,/^routed\/torch/p' "$o/bench.txt" | cut -c1-200
+    done
+    ;;
+  *) echo "bx_tables.sh: tune or ab ROWS"; exit 2 ;;
+esac
+nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
