@@ -225,8 +225,8 @@ def test_the_region_hook_traces_under_fullgraph_compile():
 
 
 def test_the_packaged_pair_rows_route_v4_pro_at_m_1_to_16(monkeypatch):
-    """configs/sm90_pair.csv (run 23): V4-Pro's ratio-4 pair is one launch at M 1-16 on a 132-SM sm90
-    device (the dot pair at M 1-2, Triton's above; M 3 and 5-15 by aiter's bucketing), each call its own
+    """configs/sm90_pair.csv (runs 23-24): V4-Pro's ratio-4 pair is one launch at M 1-16 on a 132-SM sm90
+    device (the dot pair at M=1, Triton's above; M 3 and 5-15 by aiter's bucketing), each call its own
     route above M=16; V4-Flash's pair has no rows."""
     monkeypatch.delenv("SGLANG_FLYDSL_FP32_GEMM_CONFIG", raising=False)
     code, text = explain_mod.explain("sm90:132", max_m=32)
@@ -236,8 +236,9 @@ def test_the_packaged_pair_rows_route_v4_pro_at_m_1_to_16(monkeypatch):
     lines = [line.strip() for line in pro.splitlines()[1:] if line.strip()]
     assert lines[0].startswith("M=1        cutedsl-dot cutedsl_dot_m1_t448_r1_pdl pair 512+2048 (row "
                                "configs/sm90_pair.csv:2)"), lines
-    assert lines[1].startswith("M=2        cutedsl-dot "), lines
-    assert all(" triton " in line for line in lines[2:-1]), lines
+    assert lines[1].startswith("M=2        triton triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s4 pair 512+2048 (row "
+                               "configs/sm90_pair.csv:3)"), lines
+    assert all(" triton " in line for line in lines[1:-1]), lines
     assert lines[-1] == "M=17-32    each call its own route", lines
     flash = text.split("N=512+2048 K=4096")[1].split("  N=")[0]
     assert [line.strip() for line in flash.splitlines()[1:] if line.strip()][0] == "M=1-32     each call its own route"
