@@ -3,10 +3,11 @@
 # table's rows at M 2 and 4 (V4-Pro, K=7168) re-tuned with the dot kernel's _bx forms, which run 24c found
 # 0.5-0.7 us a call faster than the plain forms at M=2 and 2.0-2.8 at M=4. Isolated calls take the serial
 # table too, and run 24b's largest isolated misses were at M=2 (the plain dot forms, 1.04-1.12x ll_bf16).
-#   bash docs/benchmarks/h200/run25/bx_tables.sh tune        # timeout_s 580: tune --rank serial, cutedsl-dot
-#       # (every form), Triton, SGLang's CuTe-DSL kernel (4 forms), M 2 4, N 1024 2048 512 2560 (most used
-#       # first: N=1024 is every ratio-128 layer's call); rows in $OUT/bx_tune/sm90_25_serial.csv, then the
-#       # best of each family per shape from the tune log.
+#   bash docs/benchmarks/h200/run25/bx_tables.sh tune [N...]  # timeout_s 580: tune --rank serial, cutedsl-dot
+#       # (every form), Triton, SGLang's CuTe-DSL kernel (4 forms), M 2 4, N 1024 2048 512 2560 unless named
+#       # (most used first: N=1024 is every ratio-128 layer's call; the budget keeps the shapes it finished,
+#       # so a second call can name the rest); rows in $OUT/bx_tune/sm90_25_serial.csv, then the best of each
+#       # family per shape from the tune log.
 #   bash docs/benchmarks/h200/run25/bx_tables.sh ab ROWS     # timeout_s 560: A = ROWS (the tune's CSV, copied
 #       # into the repository) laid over the packaged tables, B = the packaged tables. The serial schedule,
 #       # V4-Pro, M 2 and 4, A B A B (region_ab); then isolated calls (graph replay, M 2 and 4, N 512-2560,
@@ -19,8 +20,9 @@ logs="docs/benchmarks/h200/tune_log.jsonl.gz docs/benchmarks/h200/run16/tune_log
 case ${1:?tune or ab} in
   tune)
     d=$OUT/bx_tune; mkdir -p "$d"
+    shift; ns=("$@"); [ ${#ns[@]} -gt 0 ] || ns=(1024 2048 512 2560)
     timeout -k 10 540 python3 -m sglang_fp32gemm tune --rank serial --backends cutedsl-dot triton cutedsl \
-      --m 2 4 --n 1024 2048 512 2560 --k 7168 --budget-s 500 --out "$d/sm90_25_serial.csv" \
+      --m 2 4 --n "${ns[@]}" --k 7168 --budget-s 500 --out "$d/sm90_25_serial.csv" \
       --summary "$d/summary.json" --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
     echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 12 | cut -c1-220
     grep -v '^gfx' "$d/sm90_25_serial.csv" | cut -d, -f3-5,11,14,15
