@@ -8,7 +8,8 @@ trap "bash scripts/device_pack.sh" EXIT
 python3 -m sglang_fp32gemm bench --versions | tr -d '\n' | cut -c1-400; echo
 
 # region_ab TABLES SECONDS BENCH_ARGS...: A = TABLES (a :-list) laid over the packaged tables, B = the packaged
-# tables alone; A B A B, one process each, 3 rounds, Triton's best form as the backend column. Out: $OUT/ab/.
+# tables alone; A B A B, one process each, 3 rounds, Triton's best form as the backend column; V4-Pro unless
+# BENCH_ARGS names --region-model (the last one given counts). Out: $OUT/ab/.
 region_ab() {
   local tables=$1 seconds=$2 i v o cfg
   shift 2
@@ -19,7 +20,7 @@ region_ab() {
       SGLANG_FLYDSL_FP32_GEMM_CONFIG=$cfg timeout -k 5 "$seconds" python3 -m sglang_fp32gemm bench --region \
         --region-model pro --region-rounds 3 --backends triton --tune-log docs/benchmarks/h200/tune_log.jsonl.gz \
         "$@" --out-dir "$o" > "$o/bench.txt" 2>&1
-      echo "$v$i rc=$?"; grep -E "^versions|\] region pro|route check|precision" "$o/bench.txt" | cut -c1-240
+      echo "$v$i rc=$?"; grep -E "^versions|\] region|route check|precision|SUSPECT" "$o/bench.txt" | cut -c1-240
     done
   done
 }
