@@ -890,6 +890,43 @@ def test_bench_graph_times_the_peer_at_the_best_exact_config_of_its_sweep(tmp_pa
     assert "vllm_ll" not in r["us"] and r["note"]["vllm_ll"] == "not asked"
 
 
+def test_the_peer_sweeps_vllms_prefetching_dot_kernel_at_m_1():
+    """vLLM's ll_bf16_gemm launches its dot-product kernel with W loaded before the PDL wait at M=1
+    (prefetch_pdl_weights=True): the sweep has that instance's configs at M=1 only, each compiled on it."""
+    from dataclasses import dataclass
+
+    from sglang_fp32gemm.tools import vllm_peer
+
+    class Gemm:
+        @dataclass(frozen=True)
+        class CompileKey:
+            backend: str
+            M: int = 0
+            K: int = 0
+            bs: int = 0
+            split_k: int = 0
+            num_stages: int = 0
+
+        def __init__(self, prefetch_pdl_weights=False):
+            self.prefetch = prefetch_pdl_weights
+            self._compiled_cache, self._splitk_cache, self.compiled = {}, {}, []
+
+        def compile(self, key):
+            self.compiled.append(key)
+            self._compiled_cache[(key.M, key.K, key.bs, torch.float32)] = object()
+
+    plain, prefetching = Gemm(), Gemm(prefetch_pdl_weights=True)
+    peer = vllm_peer.VllmLL(plain, prefetching)
+    assert [c for c in peer.configs(1) if c.startswith("dotprod")] == [
+        "dotprod_bs128", "dotprod_bs256", "dotprod_bs128_pdl", "dotprod_bs256_pdl"]
+    assert [c for c in peer.configs(2) if c.startswith("dotprod")] == ["dotprod_bs128", "dotprod_bs256"]
+    assert callable(peer.fn("dotprod_bs256_pdl", 1, 64)) and callable(peer.fn("dotprod_bs128", 1, 64))
+    assert [(k.M, k.K, k.bs) for k in prefetching.compiled] == [(1, 64, 256)]
+    assert [(k.M, k.K, k.bs) for k in plain.compiled] == [(1, 64, 128)]
+    # A release without the option: no _pdl configs.
+    assert not any(c.endswith("_pdl") for c in vllm_peer.VllmLL(plain).configs(1))
+
+
 # -- targets ---------------------------------------------------------------------------------
 def synthetic(tmp_path, *, slow=None, imprecise=None, eager_factor=0.75, fallback_add=0.4, decode_add=5.2,
               region_m4=None):

@@ -2,6 +2,8 @@
 
 Importable only where ``../shared/tools/vllm_ll_carry.sh`` unpacked it. Its defaults are tuned for
 router shapes (N 256/384), so each shape sweeps a few configs by isolated time and keeps the fastest exact one.
+At M=1 the sweep includes the dot-product kernel with W loaded before the PDL wait (``_pdl``): vLLM's own
+``ll_bf16_gemm`` takes that instance (``prefetch_pdl_weights=True``) at M=1 and the plain one above.
 """
 
 from __future__ import annotations
@@ -55,7 +57,11 @@ def load(device: Optional[torch.device] = None) -> tuple[Optional["VllmLL"], str
         from cuda.bindings.driver import CUstream  # noqa: F401  (the launch needs it)
     except Exception as e:
         return None, f"{MODULE} not importable ({type(e).__name__}: {str(e)[:160]}); carry it with vllm_ll_carry.sh"
-    return VllmLL(mod.LLBf16Gemm()), "ok"
+    try:
+        prefetching = mod.LLBf16Gemm(prefetch_pdl_weights=True)
+    except TypeError:  # a release without the option
+        prefetching = None
+    return VllmLL(mod.LLBf16Gemm(), prefetching), "ok"
 
 
 def _stream():
@@ -73,21 +79,25 @@ def _cached(cache: dict, prefix: tuple):
 
 
 class VllmLL:
-    def __init__(self, gemm) -> None:
+    def __init__(self, gemm, prefetching=None) -> None:
         self.g = gemm
+        #: The instance vLLM's ``ll_bf16_gemm`` calls at M=1 (W loaded before the PDL wait), or None.
+        self.g_pdl = prefetching
         self.picked: dict[tuple[int, int, int], tuple[str, Fn]] = {}
 
-    @staticmethod
-    def configs(m: int) -> list[str]:
+    def configs(self, m: int) -> list[str]:
         dot = [f"dotprod_bs{bs}" for bs in DOTPROD_BS] if m <= DOTPROD_MAX_M else []
+        if m == 1 and self.g_pdl is not None:
+            dot += [f"dotprod_bs{bs}_pdl" for bs in DOTPROD_BS]
         return dot + [f"splitk_{sk}x{ns}" for sk, ns in SPLITK]
 
     def fn(self, cfg: str, m: int, k: int) -> Fn:
         """The kernel of ``cfg`` (compiled on first use) as fn(x, w) -> fp32 out."""
         if cfg.startswith("dotprod_bs"):
-            bs = int(cfg[len("dotprod_bs"):])
-            self.g.compile(self.g.CompileKey(backend="dotprod", M=m, K=k, bs=bs))
-            kern = _cached(self.g._compiled_cache, (m, k, bs))
+            g = self.g_pdl if cfg.endswith("_pdl") else self.g
+            bs = int(cfg[len("dotprod_bs"):].removesuffix("_pdl"))
+            g.compile(g.CompileKey(backend="dotprod", M=m, K=k, bs=bs))
+            kern = _cached(g._compiled_cache, (m, k, bs))
             launch = lambda x, w, out: kern(x, w, out, w.shape[0], _stream())  # noqa: E731
         else:
             sk, ns = (int(v) for v in cfg[len("splitk_"):].split("x"))
