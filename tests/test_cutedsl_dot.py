@@ -9,7 +9,9 @@ its PTX read for what the design promises.
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,8 @@ from sglang_fp32gemm.backends.cutedsl_warp import CuteDSLWarpBackend
 
 
 @pytest.mark.parametrize("cfg", [DotConfig(1, 128, 2, True), DotConfig(4, 64, 1), DotConfig(2, 256, 4, False),
-                                 DotConfig(2, 448, 1, True, True), DotConfig(4, 128, 2, False, True)])
+                                 DotConfig(2, 448, 1, True, True), DotConfig(4, 128, 2, False, True),
+                                 DotConfig(1, 224, 1, True, False, True), DotConfig(2, 64, 2, True, True, True)])
 def test_names_round_trip(cfg):
     assert DotConfig.parse(cfg.name) == cfg
     assert CuteDSLDotBackend().kernel_name(cfg) == cfg.name
@@ -36,6 +39,7 @@ def test_names_round_trip(cfg):
     ("cutedsl_dot_m1_t128", "is not of the form"),
     ("cutedsl_dot_m1_t448_r1_pdl_bx", "max_m=1 has one row of x"),
     ("cutedsl_dot_m2_t448_r1_bx_pdl", "is not of the form"),
+    ("cutedsl_dot_m1_t448_r1_mb1_pdl", "is not of the form"),
     ("cutedsl_warpsplitk_o16_t8_k256_s8_b1", "is not of the form"),
 ])
 def test_bad_names_say_what_is_wrong(name, why):
@@ -86,12 +90,16 @@ def test_candidates_only_at_m_1_2_4_and_every_one_takes_the_shape():
     assert {(c.threads, c.rows) for c in b.candidates(1, 512, 7168)} == {
         (64, 1), (64, 2), (128, 1), (128, 2), (128, 4), (224, 1), (224, 2), (224, 4), (448, 1), (448, 2), (448, 4),
         (896, 1), (896, 2), (896, 4)}
-    # M 2 and 4: every form also with branchless x loads; M=1 has no branch to remove.
-    assert not any(c.branchless_x for c in b.candidates(1, 512, 7168))
+    # M 2 and 4: every form also with branchless x loads; M=1 has no branch to remove, and every form
+    # there also asks for one CTA an SM (_mb1).
+    ones = b.candidates(1, 512, 7168)
+    assert not any(c.branchless_x for c in ones)
+    assert {(c.threads, c.rows) for c in ones if c.min_blocks} == {(c.threads, c.rows) for c in ones if not c.min_blocks}
     for m in (2, 4):
         cands = b.candidates(m, 2048, 7168)
         plain = {(c.threads, c.rows) for c in cands if not c.branchless_x}
         assert plain and plain == {(c.threads, c.rows) for c in cands if c.branchless_x}
+        assert not any(c.min_blocks for c in cands)
 
 
 _SIZES_AGREE = """
@@ -170,6 +178,52 @@ def test_the_bx_form_loads_x_with_no_branch_on_m_and_changes_nothing_else(tmp_pa
     assert _branches_between_wait_and_release(bx) == 0
     for pattern in (r"ld\.global[.a-z0-9]*\.v4", r"\bfma\.rn\.f32\b", r"st\.global"):
         assert len(re.findall(pattern, plain)) == len(re.findall(pattern, bx)), pattern
+
+
+def _sass(tmp_path: Path, ptx_text: str) -> str:
+    """ptxas (sm_90a) and cuobjdump from Triton's wheel, which ships both (any platform Triton installs on)."""
+    spec = importlib.util.find_spec("triton")
+    tools = Path(spec.origin).parent / "backends" / "nvidia" / "bin" if spec and spec.origin else None
+    if tools is None or not (tools / "ptxas").exists() or not (tools / "cuobjdump").exists():
+        pytest.skip("needs Triton's ptxas and cuobjdump")
+    src, cubin = tmp_path / "k.ptx", tmp_path / "k.cubin"
+    src.write_text(ptx_text)
+    subprocess.run([str(tools / "ptxas"), "-arch=sm_90a", "-o", str(cubin), str(src)], check=True,
+                   capture_output=True)
+    return subprocess.run([str(tools / "cuobjdump"), "-sass", str(cubin)], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def _mb1_pair(tmp_path: Path) -> tuple[str, str]:
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "mb1").mkdir()
+    return (_compile_and_read_ptx(tmp_path / "plain", DotConfig(1, 224, 1, True), 2048, 7168),
+            _compile_and_read_ptx(tmp_path / "mb1", DotConfig(1, 224, 1, True, False, True), 2048, 7168))
+
+
+def test_the_mb1_form_asks_for_one_cta_an_sm_and_changes_no_sum(tmp_path):
+    """``_mb1`` (stop 37): the launch's ``min_blocks_per_mp=1`` puts ``.minnctapersm 1`` in the PTX and nothing
+    else that computes: the same loads, the same multiply-adds in the same order (the order reference holds for
+    both forms)."""
+    plain, mb1 = _mb1_pair(tmp_path)
+    assert ".minnctapersm 1" in mb1 and "minnctapersm" not in plain
+    assert re.findall(r"\bfma\.rn\.f32\b.*", plain) == re.findall(r"\bfma\.rn\.f32\b.*", mb1)
+    for pattern in (r"ld\.global[.a-z0-9]*\.v4", r"st\.global", r"shfl\.sync", r"bar\.sync"):
+        assert len(re.findall(pattern, plain)) == len(re.findall(pattern, mb1)), pattern
+
+
+def test_the_mb1_form_issues_every_x_load_before_the_first_multiply(tmp_path):
+    """Why ``_mb1`` is a candidate: at M=1, t224_r1, K=7168, ptxas (sm_90a) issues all four x loads of the mb1
+    form before its first FFMA; in the plain form the fourth waits behind three FFMAs, a second round of
+    memory latency after the PDL wait (vLLM's dot kernel launches with the same hint)."""
+    plain, mb1 = _mb1_pair(tmp_path)
+
+    def loads_after_first_ffma(sass: str) -> int:
+        seq = "".join("L" if "LDG" in line else "F" if "FFMA" in line else "" for line in sass.splitlines())
+        return seq[seq.index("F"):].count("L")
+
+    assert loads_after_first_ffma(_sass(tmp_path / "plain", plain)) == 1
+    assert loads_after_first_ffma(_sass(tmp_path / "mb1", mb1)) == 0
 
 
 _PAIR_PTX = """

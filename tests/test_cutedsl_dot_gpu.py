@@ -33,9 +33,12 @@ def check(out, x, w, threads):
 
 @pytest.mark.parametrize("n, k", [(512, 7168), (2560, 7168), (1024, 4096), (2048, 5120)])
 def test_candidates_are_exact_and_equal_their_order_reference(n, k):
-    # Every thread/row form (the M=4 candidates, run at each M up to 4); the first form of M 1 and 2.
+    # Every thread/row form (the M=4 candidates, run at each M up to 4); the first form of M 1 and 2, and M=1's
+    # _mb1 forms (the launch's occupancy hint; every thread count, the smallest row count of each).
     b = CuteDSLDotBackend()
-    cfgs = b.candidates(4, n, k) + b.candidates(2, n, k)[:1] + b.candidates(1, n, k)[:1]
+    ones = b.candidates(1, n, k)
+    mb1 = {c.threads: c for c in reversed(ones) if c.min_blocks}
+    cfgs = b.candidates(4, n, k) + b.candidates(2, n, k)[:1] + ones[:1] + sorted(mb1.values(), key=lambda c: c.threads)
     assert len(cfgs) >= 3
     w = rnd(n, k)
     for cfg in cfgs:

@@ -21,8 +21,8 @@ from sglang_fp32gemm.backends.cutedsl_tvm import VEC, TvmFfiBackend, check_w, co
 
 MAX_M = 4                 # the dot product wins only at the smallest M (issue 15)
 ROWS = (1, 2, 4)
-_FORM = "cutedsl_dot_m<MAX_M>_t<THREADS>_r<ROWS>[_pdl][_bx]"
-_NAME_RE = re.compile(r"^cutedsl_dot_m(?P<m>\d+)_t(?P<t>\d+)_r(?P<r>\d+)(?P<pdl>_pdl)?(?P<bx>_bx)?$")
+_FORM = "cutedsl_dot_m<MAX_M>_t<THREADS>_r<ROWS>[_pdl][_bx][_mb1]"
+_NAME_RE = re.compile(r"^cutedsl_dot_m(?P<m>\d+)_t(?P<t>\d+)_r(?P<r>\d+)(?P<pdl>_pdl)?(?P<bx>_bx)?(?P<mb1>_mb1)?$")
 # A thread keeps rows x K / (8 x threads) 16-byte W vectors in registers.
 MAX_W_VECTORS = 32
 
@@ -37,6 +37,9 @@ class DotConfig:
     pdl: bool = False
     #: ``_bx``: x's rows loaded with no branch on the call's M (max_m >= 2; docs/backends/cutedsl_dot.md).
     branchless_x: bool = False
+    #: ``_mb1``: the launch asks for at least one CTA an SM (``.minnctapersm 1``), which frees ptxas's
+    #: register budget to issue all of x's loads at once (docs/backends/cutedsl_dot.md).
+    min_blocks: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_m <= MAX_M:
@@ -51,7 +54,7 @@ class DotConfig:
     @property
     def name(self) -> str:
         return (f"cutedsl_dot_m{self.max_m}_t{self.threads}_r{self.rows}" + ("_pdl" if self.pdl else "")
-                + ("_bx" if self.branchless_x else ""))
+                + ("_bx" if self.branchless_x else "") + ("_mb1" if self.min_blocks else ""))
 
     def ctas(self, n: int) -> int:
         """CTAs a call launches: one for each ``rows`` rows of W (``compile_form`` checks the kernel's grid)."""
@@ -62,7 +65,8 @@ class DotConfig:
         g = _NAME_RE.match(name)
         if g is None:
             raise ValueError(f"kernelName {name!r} is not of the form {_FORM}")
-        return cls(int(g["m"]), int(g["t"]), int(g["r"]), g["pdl"] is not None, g["bx"] is not None)
+        return cls(int(g["m"]), int(g["t"]), int(g["r"]), g["pdl"] is not None, g["bx"] is not None,
+                   g["mb1"] is not None)
 
     def check_shape(self, m: int, n: int, k: int) -> Verdict:
         if not 1 <= m <= self.max_m:
@@ -104,14 +108,15 @@ def compile_kernel(cfg: DotConfig, n: int, k: int) -> Any:
     """The TVM-FFI function ``f(x, w, out)`` for (cfg, N, K), compiled on fake tensors (M symbolic)."""
     from sglang_fp32gemm.backends.cutedsl_dot_kernel import DotKernel
 
-    return compile_form(DotKernel(n, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC, cfg.branchless_x), cfg, n, k)
+    return compile_form(DotKernel(n, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC, cfg.branchless_x,
+                                  cfg.min_blocks), cfg, n, k)
 
 
 def compile_pair(cfg: DotConfig, n: int, n2: int, k: int) -> Any:
     """The TVM-FFI function ``f(x, w, out, w2, out2)``: both products of ``cfg``'s form in one launch."""
     from sglang_fp32gemm.backends.cutedsl_dot_kernel import DotPairKernel
 
-    kern = DotPairKernel(n, n2, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC, cfg.branchless_x)
+    kern = DotPairKernel(n, n2, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC, cfg.branchless_x, cfg.min_blocks)
     return compile_form(kern, cfg, n, k, n2=n2)
 
 
@@ -132,15 +137,16 @@ class CuteDSLDotBackend(TvmFfiBackend):
     def candidates(self, m: int, n: int, k: int) -> list[DotConfig]:
         """At M 1, 2 and 4 (aiter's lookup gives each its own row): every thread count from 64 to 1024
         that divides K into whole 16-byte slots (K=7168: 64, 128, 224, 448, 896) and row count that
-        tiles the shape, with PDL on sm90 and later; at M 2 and 4 each also with branchless x loads."""
+        tiles the shape, with PDL on sm90 and later; at M 2 and 4 each also with branchless x loads, at
+        M=1 each also with ``_mb1``."""
         if m not in (1, 2, 4):
             return []
         pdl = sm90_or_later()
         out = []
         for threads in range(64, 1025, 32):
             for rows in ROWS:
-                for bx in ((False, True) if m > 1 else (False,)):
-                    cfg = DotConfig(m, threads, rows, pdl, bx)
+                for bx, mb1 in (((False, False), (True, False)) if m > 1 else ((False, False), (False, True))):
+                    cfg = DotConfig(m, threads, rows, pdl, bx, mb1)
                     if cfg.check_shape(m, n, k)[0]:
                         out.append(cfg)
         return out

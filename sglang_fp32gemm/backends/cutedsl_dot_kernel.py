@@ -32,12 +32,14 @@ class DotKernel:
     """One compiled form: (N, K) fixed, M <= ``max_m`` at run time; ``vec`` bf16 a load (8: 16 bytes)."""
 
     def __init__(self, n: int, k: int, threads: int, rows: int, max_m: int, pdl: bool, vec: int,
-                 branchless_x: bool = False) -> None:
+                 branchless_x: bool = False, min_blocks: bool = False) -> None:
         if threads % 32 or k % (vec * threads) or n % rows:
             raise ValueError(f"threads={threads}, rows={rows} do not tile N={n}, K={k}")
         self.n, self.k, self.threads, self.rows, self.max_m, self.pdl = n, k, threads, rows, max_m, pdl
         self.vec = vec
         self.branchless_x = branchless_x
+        # ``_mb1``: at least one CTA an SM (``.minnctapersm 1``); otherwise no occupancy hint, as before.
+        self.hints = {"min_blocks_per_mp": 1} if min_blocks else {}
         self.iters = k // (vec * threads)
         self.warps = threads // 32
         self.grid = (n // rows, 1, 1)             # a CTA for each `rows` rows of W
@@ -47,7 +49,7 @@ class DotKernel:
         slots = self.rows * self.max_m
         self.kernel(x, w, out).launch(
             grid=self.grid, block=(self.threads, 1, 1),
-            smem=slots * self.warps * 4 + 16, stream=stream, use_pdl=self.pdl,
+            smem=slots * self.warps * 4 + 16, stream=stream, use_pdl=self.pdl, **self.hints,
         )
 
     @cute.kernel
@@ -140,10 +142,10 @@ class DotPairKernel(DotKernel):
     ``DotKernel`` call of the same form, and one launch pays one launch's fixed cost for both."""
 
     def __init__(self, n: int, n2: int, k: int, threads: int, rows: int, max_m: int, pdl: bool, vec: int,
-                 branchless_x: bool = False) -> None:
+                 branchless_x: bool = False, min_blocks: bool = False) -> None:
         if n2 <= 0 or n2 % rows:
             raise ValueError(f"rows={rows} does not tile N2={n2}")
-        super().__init__(n, k, threads, rows, max_m, pdl, vec, branchless_x)
+        super().__init__(n, k, threads, rows, max_m, pdl, vec, branchless_x, min_blocks)
         self.n2 = n2
         self.first = n // rows                    # the CTAs on (w, out)
         self.grid = (self.first + n2 // rows, 1, 1)
@@ -154,7 +156,7 @@ class DotPairKernel(DotKernel):
         slots = self.rows * self.max_m
         self.kernel(x, w, out, w2, out2).launch(
             grid=self.grid, block=(self.threads, 1, 1),
-            smem=slots * self.warps * 4 + 16, stream=stream, use_pdl=self.pdl,
+            smem=slots * self.warps * 4 + 16, stream=stream, use_pdl=self.pdl, **self.hints,
         )
 
     @cute.kernel
