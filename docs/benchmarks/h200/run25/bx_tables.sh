@@ -7,7 +7,8 @@
 #       # (every form), Triton, SGLang's CuTe-DSL kernel (4 forms), M 2 4, N 1024 2048 512 2560 unless named
 #       # (most used first: N=1024 is every ratio-128 layer's call; the budget keeps the shapes it finished,
 #       # so a second call can name the rest); rows in $OUT/bx_tune/sm90_25_serial.csv, then the best of each
-#       # family per shape from the tune log.
+#       # family per shape from the tune log. BX_M="1" (or "1 2 4") tunes other M: M=1 for the _mb1 forms
+#       # (stop 37), once run25/m1.sh has shown them faster alone.
 #   bash docs/benchmarks/h200/run25/bx_tables.sh ab ROWS     # timeout_s 560: A = ROWS (the tune's CSV, copied
 #       # into the repository) laid over the packaged tables, B = the packaged tables. The serial schedule,
 #       # V4-Pro, M 2 and 4, A B A B (region_ab); then isolated calls (graph replay, M 2 and 4, N 512-2560,
@@ -22,7 +23,7 @@ case ${1:?tune or ab} in
     d=$OUT/bx_tune; mkdir -p "$d"
     shift; ns=("$@"); [ ${#ns[@]} -gt 0 ] || ns=(1024 2048 512 2560)
     timeout -k 10 540 python3 -m sglang_fp32gemm tune --rank serial --backends cutedsl-dot triton cutedsl \
-      --m 2 4 --n "${ns[@]}" --k 7168 --budget-s 500 --out "$d/sm90_25_serial.csv" \
+      --m ${BX_M:-2 4} --n "${ns[@]}" --k 7168 --budget-s 500 --out "$d/sm90_25_serial.csv" \
       --summary "$d/summary.json" --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
     echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 12 | cut -c1-220
     grep -v '^gfx' "$d/sm90_25_serial.csv" | cut -d, -f3-5,11,14,15
@@ -34,7 +35,8 @@ for line in gzip.open(sys.argv[1], "rt"):
     if r.get("event") != "candidate" or r.get("status") != "ok" or r.get("phase") not in ("screen", "serial"):
         continue
     k = r["kernel"]
-    fam = "dot_bx" if k.endswith("_bx") else "dot" if k.startswith("cutedsl_dot") else k.split("_")[0]
+    fam = ("dot_bx" if k.endswith("_bx") else "dot_mb1" if k.endswith("_mb1") else "dot" if k.startswith("cutedsl_dot")
+           else k.split("_")[0])
     key = (r["M"], r["N"], r["phase"], fam)
     if key not in best or r["us"] < best[key][0]:
         best[key] = (r["us"], k)
