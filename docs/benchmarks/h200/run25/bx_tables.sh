@@ -27,22 +27,7 @@ case ${1:?tune or ab} in
       --summary "$d/summary.json" --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
     echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 12 | cut -c1-220
     grep -v '^gfx' "$d/sm90_25_serial.csv" | cut -d, -f3-5,11,14,15
-    python3 - "$d/tune_log.jsonl.gz" <<'PY'
-import gzip, json, sys
-best = {}
-for line in gzip.open(sys.argv[1], "rt"):
-    r = json.loads(line)
-    if r.get("event") != "candidate" or r.get("status") != "ok" or r.get("phase") not in ("screen", "serial"):
-        continue
-    k = r["kernel"]
-    fam = ("dot_bx" if k.endswith("_bx") else "dot_mb1" if k.endswith("_mb1") else "dot" if k.startswith("cutedsl_dot")
-           else k.split("_")[0])
-    key = (r["M"], r["N"], r["phase"], fam)
-    if key not in best or r["us"] < best[key][0]:
-        best[key] = (r["us"], k)
-for key in sorted(best):
-    print("M=%d N=%-4d %-6s %-8s %.2f us %s" % (*key, *best[key]))
-PY
+    python3 docs/benchmarks/h200/run25/best_forms.py "$d/tune_log.jsonl.gz"
     ;;
   ab)
     rows=${2:?the tuned rows (a CSV in the repository)}

@@ -19,19 +19,7 @@ timeout -k 10 170 python3 -m sglang_fp32gemm tune --rank isolated --backends cut
   --k 7168 --budget-s 140 --out "$d/sm90_25_m1.csv" --summary "$d/summary.json" --log "$d/tune_log.jsonl.gz" \
   > "$d/tune.txt" 2>&1
 echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 5 | cut -c1-220
-python3 - "$d/tune_log.jsonl.gz" <<'PY'
-import gzip, json, sys
-best = {}
-for line in gzip.open(sys.argv[1], "rt"):
-    r = json.loads(line)
-    if r.get("event") != "candidate" or r.get("status") != "ok":
-        continue
-    key = (r["N"], r["phase"], r["kernel"].endswith("_mb1"))
-    if key not in best or r["us"] < best[key][0]:
-        best[key] = (r["us"], r["kernel"])
-for (n, phase, mb1), (us, k) in sorted(best.items()):
-    print("N=%-4d %-6s %-5s best %.2f us %s" % (n, phase, "_mb1" if mb1 else "plain", us, k))
-PY
+python3 docs/benchmarks/h200/run25/best_forms.py "$d/tune_log.jsonl.gz"
 timeout -k 10 150 python3 -m sglang_fp32gemm bench --graph --backends cutedsl-dot --m 1 --n 512 1024 2048 2560 \
   --k 7168 --tune-log "$d/tune_log.jsonl.gz" docs/benchmarks/h200/tune_log.jsonl.gz --out-dir "$d/bench" \
   > "$d/bench.txt" 2>&1
