@@ -90,16 +90,17 @@ def test_candidates_only_at_m_1_2_4_and_every_one_takes_the_shape():
     assert {(c.threads, c.rows) for c in b.candidates(1, 512, 7168)} == {
         (64, 1), (64, 2), (128, 1), (128, 2), (128, 4), (224, 1), (224, 2), (224, 4), (448, 1), (448, 2), (448, 4),
         (896, 1), (896, 2), (896, 4)}
-    # M 2 and 4: every form also with branchless x loads; M=1 has no branch to remove, and every form
-    # there also asks for one CTA an SM (_mb1).
+    # M 2 and 4: every form also with branchless x loads, those also asking for one CTA an SM (_bx_mb1);
+    # M=1 has no branch to remove, and every form there also as _mb1.
     ones = b.candidates(1, 512, 7168)
     assert not any(c.branchless_x for c in ones)
     assert {(c.threads, c.rows) for c in ones if c.min_blocks} == {(c.threads, c.rows) for c in ones if not c.min_blocks}
     for m in (2, 4):
         cands = b.candidates(m, 2048, 7168)
         plain = {(c.threads, c.rows) for c in cands if not c.branchless_x}
-        assert plain and plain == {(c.threads, c.rows) for c in cands if c.branchless_x}
-        assert not any(c.min_blocks for c in cands)
+        assert plain and plain == {(c.threads, c.rows) for c in cands if c.branchless_x and not c.min_blocks}
+        assert plain == {(c.threads, c.rows) for c in cands if c.branchless_x and c.min_blocks}
+        assert not any(c.min_blocks and not c.branchless_x for c in cands)
 
 
 _SIZES_AGREE = """
