@@ -234,7 +234,8 @@ compile_pair(DotConfig.parse({name!r}), {n}, {n2}, {k})
 
 
 @pytest.mark.parametrize("cfg, n, n2, k", [(DotConfig(1, 448, 1, True), 512, 2048, 7168),
-                                           (DotConfig(2, 256, 2, False), 512, 2048, 4096)])
+                                           (DotConfig(2, 256, 2, False), 512, 2048, 4096),
+                                           (DotConfig(2, 448, 2, True, True, True), 512, 2048, 7168)])
 def test_the_pair_form_is_two_of_the_forms_cta_bodies_in_one_launch(tmp_path, cfg, n, n2, k):
     """DeepSeek-V4's ratio-4 layers: the indexer's compressor (N=512) and the layer's (N=2048) on the same x.
     One kernel; the CTA index picks the body at N / rows; each body is the single form's (its W loads, then the
@@ -244,6 +245,7 @@ def test_the_pair_form_is_two_of_the_forms_cta_bodies_in_one_launch(tmp_path, cf
     (ptx,) = tmp_path.glob("*.ptx")
     text = ptx.read_text()
     assert text.count(".entry") == 1
+    assert (".minnctapersm 1" in text) == cfg.min_blocks  # _mb1: the pair's launch takes the hint too
     body = text[text.index(".entry"):]
     # The one branch on the CTA index: CTAs 0 .. N/rows - 1 take (w, out).
     assert re.search(rf"setp\.(gt|ge|lt|le)\.[us]32\s+%p\d+, %r\d+, {n // cfg.rows - 1};"
