@@ -94,7 +94,8 @@ def test_candidates_only_at_m_1_2_4_and_every_one_takes_the_shape():
     # M=1 has no branch to remove, and every form there also as _mb1.
     ones = b.candidates(1, 512, 7168)
     assert not any(c.branchless_x for c in ones)
-    assert {(c.threads, c.rows) for c in ones if c.min_blocks} == {(c.threads, c.rows) for c in ones if not c.min_blocks}
+    forms = {(c.threads, c.rows) for c in ones if not c.min_blocks}
+    assert forms == {(c.threads, c.rows) for c in ones if c.min_blocks}
     for m in (2, 4):
         cands = b.candidates(m, 2048, 7168)
         plain = {(c.threads, c.rows) for c in cands if not c.branchless_x}

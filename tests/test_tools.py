@@ -21,8 +21,8 @@ import torch
 from sglang_fp32gemm.backends.base import OK, Backend
 from sglang_fp32gemm.table import DeviceKey, TunedRow, format_rows, m_candidates, parse_csv
 from sglang_fp32gemm import exactness
-from sglang_fp32gemm.tools import (bench, buckets, cli, common, picks, region, stopping, targets, timing, tune, tune_rows,
-                                    tuner)
+from sglang_fp32gemm.tools import (bench, buckets, cli, common, picks, region, stopping, targets, timing, tune,
+                                    tune_rows, tuner)
 
 KEY = DeviceKey("sm90", 132)
 GRID = list(tune.M_DEFAULT)

@@ -137,8 +137,8 @@ class CuteDSLDotBackend(TvmFfiBackend):
     def candidates(self, m: int, n: int, k: int) -> list[DotConfig]:
         """At M 1, 2 and 4 (aiter's lookup gives each its own row): every thread count from 64 to 1024
         that divides K into whole 16-byte slots (K=7168: 64, 128, 224, 448, 896) and row count that
-        tiles the shape, with PDL on sm90 and later; each also with ``_mb1``, and at M 2 and 4 with
-        branchless x loads, ``_bx`` and ``_bx_mb1`` (the plain form at M 2 and 4 stays to compare)."""
+        tiles the shape, with PDL on sm90 and later; at M=1 each also as ``_mb1``, at M 2 and 4 each also
+        as ``_bx`` and ``_bx_mb1`` (the plain form stays there, to compare)."""
         if m not in (1, 2, 4):
             return []
         pdl = sm90_or_later()
