@@ -965,6 +965,8 @@ def synthetic(tmp_path, *, slow=None, imprecise=None, eager_factor=0.75, fallbac
                 "add_per_layer_us": {"torch": 15.0, "routed": 8.9, "vllm_ll": 10.0}} for m in (1, 2, 4, 8, 16, 32)]
     region += [{"model": "flash", "M": m, "N": "512/1024/2048", "K": 4096, "schedule": "overlapped",
                 "add_per_layer_us": {"torch": 3.0, "routed": 3.0}} for m in (1, 2, 4, 8, 16, 32, 64)]
+    region += [{"model": "flash", "M": m, "N": "512/1024/2048", "K": 4096, "schedule": "serial",
+                "add_per_layer_us": {"torch": 12.0, "routed": 6.2, "vllm_ll": 7.0}} for m in (1, 2, 4, 8, 16, 32)]
     if region_m4 is not None:  # what routed adds at M=4 in V4-Pro's region, overlapped and serial
         for r in region:
             if r["M"] == 4 and r["model"] == "pro":
@@ -987,7 +989,7 @@ def test_targets_all_pass_on_a_run_that_meets_them(tmp_path, capsys):
     assert targets.main([path]) == 0
     out = capsys.readouterr().out
     assert not [line for line in out.splitlines() if line.startswith(("FAIL", "NODATA"))]
-    assert out.rstrip().endswith("targets: 17 PASS, 0 FAIL, 0 NODATA")
+    assert out.rstrip().endswith("targets: 18 PASS, 0 FAIL, 0 NODATA")
 
 
 def test_targets_fail_with_the_numbers(tmp_path, capsys):
@@ -1010,6 +1012,23 @@ def test_targets_fail_with_the_numbers(tmp_path, capsys):
     assert "PASS   deterministic routed" in out
 
 
+def test_the_serial_target_holds_v4_flash_too(tmp_path, capsys):
+    """The issue's serial target names no model: V4-Flash's serial steps (run 24a: 1.08x at M=2) are checked
+    against it beside V4-Pro's, each model its own line."""
+    path = synthetic(tmp_path)
+    r = json.load(open(os.path.join(path, "bench_region.json")))
+    for x in r["results"]:
+        if x["model"] == "flash" and x["schedule"] == "serial" and x["M"] == 2:
+            x["add_per_layer_us"]["routed"] = 7.5
+    (tmp_path / "bench_region.json").write_text(json.dumps(r))
+    assert targets.main([path]) == 1
+    out = capsys.readouterr().out
+    assert "PASS   region, serial: routed adds <= 0.9x" in out
+    assert "FAIL   region (flash), serial: routed adds <= 0.9x what vLLM's ll_bf16 (best config) adds: 1 of 6 M miss" \
+        in out
+    assert "M=2: routed adds 7.50 us > 6.30" in out
+
+
 def test_region_targets_fail_with_the_numbers_and_say_what_was_not_measured(tmp_path, capsys):
     path = synthetic(tmp_path, region_m4=6.0)
     assert targets.main([path]) == 1
@@ -1021,6 +1040,7 @@ def test_region_targets_fail_with_the_numbers_and_say_what_was_not_measured(tmp_
     assert "M=4: routed adds 6.00 us > 9.00 (torch 15.00, routed 6.00" not in out  # serial 6.0 <= 9.0
     assert "PASS   region, serial" in out
     assert "PASS   region (flash), overlapped: routed never adds more than torch (+1% noise): all 7 M met" in out
+    assert "PASS   region (flash), serial: routed adds <= 0.9x what vLLM's ll_bf16 (best config) adds" in out
     r = json.load(open(os.path.join(path, "bench_region.json")))
     r["results"] = [x for x in r["results"] if x["M"] != 2]
     for x in r["results"]:
