@@ -44,13 +44,15 @@ class DotKernel:
         self.warps = threads // 32
         self.grid = (n // rows, 1, 1)             # a CTA for each `rows` rows of W
 
+    def launch_options(self, stream) -> dict:
+        """The launch's options, one place for both forms: a CTA per ``grid`` entry, the shared memory that
+        ``reduction_buffer`` takes (rows * max_m x warps fp32, 16 bytes for its alignment), PDL, the hints."""
+        return dict(grid=self.grid, block=(self.threads, 1, 1), smem=self.rows * self.max_m * self.warps * 4 + 16,
+                    stream=stream, use_pdl=self.pdl, **self.hints)
+
     @cute.jit
     def __call__(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor, stream):
-        slots = self.rows * self.max_m
-        self.kernel(x, w, out).launch(
-            grid=self.grid, block=(self.threads, 1, 1),
-            smem=slots * self.warps * 4 + 16, stream=stream, use_pdl=self.pdl, **self.hints,
-        )
+        self.kernel(x, w, out).launch(**self.launch_options(stream))
 
     @cute.kernel
     def kernel(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor):
@@ -153,11 +155,7 @@ class DotPairKernel(DotKernel):
     @cute.jit
     def __call__(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor, w2: cute.Tensor, out2: cute.Tensor,
                  stream):
-        slots = self.rows * self.max_m
-        self.kernel(x, w, out, w2, out2).launch(
-            grid=self.grid, block=(self.threads, 1, 1),
-            smem=slots * self.warps * 4 + 16, stream=stream, use_pdl=self.pdl, **self.hints,
-        )
+        self.kernel(x, w, out, w2, out2).launch(**self.launch_options(stream))
 
     @cute.kernel
     def kernel(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor, w2: cute.Tensor, out2: cute.Tensor):
