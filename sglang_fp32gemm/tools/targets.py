@@ -276,20 +276,17 @@ def region_targets(region: list[dict], noise: float = 0.01) -> list[Verdict]:
         return lambda m, added: f * added[col] if col in added else None
 
     ms = (1, 2, 4, 8, 16, 32, 64)
+    # Two targets hold for both models, a line each: a shape's winner never loses to torch in the region
+    # (V4-Flash's too, K=4096), and the serial target, which names no model (stop 37).
+    both = ("pro", "flash")
     return [
-        region_added(region, "overlapped", ms, f"routed never adds more than torch (+{noise:.0%} noise)",
-                     times("torch", 1 + noise), "torch"),
-        # A shape's winner must never lose to torch in the region: V4-Flash's too (K=4096).
-        region_added(region, "overlapped", ms, f"routed never adds more than torch (+{noise:.0%} noise)",
-                     times("torch", 1 + noise), "torch", model="flash"),
+        *(region_added(region, "overlapped", ms, f"routed never adds more than torch (+{noise:.0%} noise)",
+                       times("torch", 1 + noise), "torch", model=model) for model in both),
         region_added(region, "overlapped", ms, "routed adds <= 0.7x what torch adds", times("torch", 0.7), "torch"),
         region_added(region, "overlapped", ms[:-1], "routed adds <= 2.5 us per layer at M 1-8, <= 3.2 at M 16-32",
                      lambda m, added: 2.5 if m <= 8 else 3.2, ""),
-        region_added(region, "serial", ms[:-1], "routed adds <= 0.9x what vLLM's ll_bf16 (best config) adds",
-                     times("vllm_ll", 0.9), "vllm_ll"),
-        # The serial target names no model: V4-Flash's serial steps are held to it too (stop 37).
-        region_added(region, "serial", ms[:-1], "routed adds <= 0.9x what vLLM's ll_bf16 (best config) adds",
-                     times("vllm_ll", 0.9), "vllm_ll", model="flash"),
+        *(region_added(region, "serial", ms[:-1], "routed adds <= 0.9x what vLLM's ll_bf16 (best config) adds",
+                       times("vllm_ll", 0.9), "vllm_ll", model=model) for model in both),
     ]
 
 
