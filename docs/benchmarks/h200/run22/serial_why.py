@@ -32,14 +32,13 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from serial_setup import M, spec, streams, warmed, weights, x
+from serial_setup import M, spec, streams, tm, warmed, weights, x
 from serial_setup import modes as all_modes
 from sglang_fp32gemm import exactness
 from sglang_fp32gemm.tools import region, timing
 
 OUT_JSON = sys.argv[1]
 ORDER = sys.argv[2] if len(sys.argv) > 2 else "fresh"
-tm = timing.torch_fn("cuda")
 modes = all_modes()
 
 
