@@ -1,5 +1,5 @@
 """The fastest exact candidate of each kernel family per (M, N, phase) in a tune log (run 25's device scripts):
-families are the dot kernel's plain, ``_bx`` and ``_mb1`` forms and every other backend by its name's prefix.
+families are the dot kernel's plain, ``_bx``, ``_mb1`` and ``_bx_mb1`` forms and every other backend by its name's prefix.
 
     python3 docs/benchmarks/h200/run25/best_forms.py TUNE_LOG.jsonl.gz
 """
@@ -10,14 +10,16 @@ import sys
 
 def family(kernel: str) -> str:
     if kernel.startswith("cutedsl_dot"):
-        return "dot_bx" if kernel.endswith("_bx") else "dot_mb1" if kernel.endswith("_mb1") else "dot"
+        parts = kernel.split("_")
+        return "dot" + "".join("_" + s for s in ("bx", "mb1") if s in parts)
     return kernel.split("_")[0]
 
 
 best: dict = {}
 for line in gzip.open(sys.argv[1], "rt"):
     r = json.loads(line)
-    if r.get("event") == "candidate" and r.get("status") == "ok":
+    # Records without a time (a candidate's repeatability check) are skipped.
+    if r.get("event") == "candidate" and r.get("status") == "ok" and "us" in r:
         key = (r["M"], r["N"], r["phase"], family(r["kernel"]))
         if key not in best or r["us"] < best[key][0]:
             best[key] = (r["us"], r["kernel"])

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run 25 (device, an H200; from the repository root; carry .cutedsl .devsite .vllm_ll; not yet run). The serial
+# Run 25 (device, an H200; from the repository root; carry .cutedsl .devsite .vllm_ll; ran as 25c (tune) and
+# 25d (ab)). The serial
 # table's rows at M 2 and 4 (V4-Pro, K=7168) re-tuned with the dot kernel's _bx forms, which run 24c found
 # 0.5-0.7 us a call faster than the plain forms at M=2 and 2.0-2.8 at M=4. Isolated calls take the serial
 # table too, and run 24b's largest isolated misses were at M=2 (the plain dot forms, 1.04-1.12x ll_bf16).
@@ -7,7 +8,7 @@
 #       # (every form), Triton, SGLang's CuTe-DSL kernel (4 forms), M 2 4, N 1024 2048 512 2560 unless named
 #       # (most used first: N=1024 is every ratio-128 layer's call; the budget keeps the shapes it finished,
 #       # so a second call can name the rest); rows in $OUT/bx_tune/sm90_25_serial.csv, then the best of each
-#       # family per shape from the tune log. BX_M="1" (or "1 2 4") tunes other M: M=1 for the _mb1 forms
+#       # family per shape from the tune log. BX_M="1" (or "1 2 4") tunes (and, with ab, A/Bs) other M: M=1 for the _mb1 forms
 #       # (stop 37), once run25/m1.sh has shown them faster alone.
 #   bash docs/benchmarks/h200/run25/bx_tables.sh ab ROWS     # timeout_s 560: A = ROWS (the tune's CSV, copied
 #       # into the repository) laid over the packaged tables, B = the packaged tables. The serial schedule,
@@ -31,13 +32,17 @@ case ${1:?tune or ab} in
     ;;
   ab)
     rows=${2:?the tuned rows (a CSV in the repository)}
-    region_ab "$rows" 60 --region-m 2,4 --region-schedule serial
+    # The file's name picks its table: only *_serial.csv rows reach calls outside the region (run 25f's
+    # rows, named otherwise, went to the fast table and made its A/B an A/A).
+    case $rows in *_serial.csv) ;; *) echo "bx_tables.sh: $rows: name it *_serial.csv"; exit 2 ;; esac
+    ms=$(echo ${BX_M:-2 4} | tr " " ",")
+    region_ab "$rows" 60 --region-m "$ms" --region-schedule serial
     for v in A B; do
       o=$OUT/iso/$v; mkdir -p "$o"
       cfg=$rows; [ $v = B ] && cfg=
       # shellcheck disable=SC2086
       SGLANG_FLYDSL_FP32_GEMM_CONFIG=$cfg timeout -k 5 100 python3 -m sglang_fp32gemm bench --graph \
-        --backends cutedsl --m 2,4 --n 512 1024 2048 2560 --k 7168 --tune-log $logs --out-dir "$o" \
+        --backends cutedsl --m "$ms" --n 512 1024 2048 2560 --k 7168 --tune-log $logs --out-dir "$o" \
         > "$o/bench.txt" 2>&1
       echo "isolated $v rc=$?"; grep -E "precision|routed/torch" "$o/bench.txt" | cut -c1-200
       sed -n '/^== Isolated/,/^routed\/torch/p' "$o/bench.txt" | cut -c1-200
