@@ -3,6 +3,8 @@ fast table's (ranked beside the other streams); CPU, fake backends, the real rou
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -158,12 +160,35 @@ def test_serial_files_are_laid_over_the_fast_table_by_config_load(tmp_path):
     assert cfg.serial_table is not None and cfg.serial_table.files[-1] == str(path)
     key = DeviceKey("sm90", 132)
     assert cfg.serial_table.lookup(key, 1, 512, 7168).source == f"{path}:2"
-    # Every other key keeps the fast table's row.
     # Every key the serial files do not name keeps the fast table's row.
     named = {r.key for r in t.serial.rows()}
     for row in cfg.table.rows():
         if row.key not in named:
             assert cfg.serial_table.lookup(DeviceKey(row.gfx, row.cu_num), row.M, row.N, row.K) == row
+
+
+def test_a_users_fast_file_overrides_the_packaged_serial_rows_outside_the_region(tmp_path):
+    """README: later files override earlier ones and the packaged rows. A user's fast file (run 25f's rows,
+    named without _serial) serves calls outside the multi-stream region too, over the packaged serial row of
+    its key; among the user's files the later one wins, whichever table each feeds."""
+    key = DeviceKey("sm90", 132)
+    packaged = TunedTables.load([])
+    assert packaged.serial.lookup(key, 1, 1024, 7168) is not None  # the row the user's file must beat
+    mine = tmp_path / "mine.csv"
+    mine.write_text(rows_csv([(1, 1024, 7168), (1, 2048, 7168)], libtype="torch", kernel="", gfx="sm90",
+                             cu_num=132))
+    cfg = config_mod.load({"SGLANG_ENABLE_FLYDSL_FP32_GEMM": "1", "SGLANG_FLYDSL_FP32_GEMM_CONFIG": str(mine)})
+    assert cfg.serial_table.lookup(key, 1, 1024, 7168).source == f"{mine}:2"
+    assert cfg.table.lookup(key, 1, 1024, 7168).source == f"{mine}:2"
+    # Keys the user's file does not name keep the packaged serial rows.
+    assert cfg.serial_table.lookup(key, 1, 2560, 7168) == packaged.serial.lookup(key, 1, 2560, 7168)
+    # A user's serial file given after the fast one wins outside the region; given before it, it does not.
+    mine_serial = tmp_path / "mine_serial.csv"
+    mine_serial.write_text(rows_csv([(1, 1024, 7168)], libtype="torch", kernel="", gfx="sm90", cu_num=132))
+    for order, winner in (((mine, mine_serial), mine_serial), ((mine_serial, mine), mine)):
+        env = {"SGLANG_ENABLE_FLYDSL_FP32_GEMM": "1",
+               "SGLANG_FLYDSL_FP32_GEMM_CONFIG": os.pathsep.join(str(p) for p in order)}
+        assert config_mod.load(env).serial_table.lookup(key, 1, 1024, 7168).source == f"{winner}:2"
 
 
 def test_explain_for_an_h200_shows_the_shipped_serial_rows():
@@ -224,10 +249,11 @@ def test_the_region_hook_traces_under_fullgraph_compile():
     assert torch.equal(hooks.around_overlapped(prepare, None, a), a * 2 + 1) and seen[-1] is True
 
 
-def test_the_packaged_pair_rows_route_v4_pro_at_m_1_to_16(monkeypatch):
-    """configs/sm90_pair.csv (runs 23-24): V4-Pro's ratio-4 pair is one launch at M 1-16 on a 132-SM sm90
-    device (the dot pair at M=1, Triton's above; M 3 and 5-15 by aiter's bucketing), each call its own
-    route above M=16; V4-Flash's pair has no rows."""
+def test_the_packaged_pair_rows_route_both_models_at_m_1_to_16(monkeypatch):
+    """configs/sm90_pair.csv: V4-Pro's ratio-4 pair (runs 23-24) and V4-Flash's (run 25b) are one launch at
+    M 1-16 on a 132-SM sm90 device (M 3 and 5-15 by aiter's bucketing), each call its own route above M=16.
+    V4-Pro: the dot pair at M=1, Triton's above; V4-Flash: the dot pair at M 1-2 (M=2 a _bx form), Triton's
+    above."""
     monkeypatch.delenv("SGLANG_FLYDSL_FP32_GEMM_CONFIG", raising=False)
     code, text = explain_mod.explain("sm90:132", max_m=32)
     assert code == 0, text
@@ -241,7 +267,13 @@ def test_the_packaged_pair_rows_route_v4_pro_at_m_1_to_16(monkeypatch):
     assert all(" triton " in line for line in lines[1:-1]), lines
     assert lines[-1] == "M=17-32    each call its own route", lines
     flash = text.split("N=512+2048 K=4096")[1].split("  N=")[0]
-    assert [line.strip() for line in flash.splitlines()[1:] if line.strip()][0] == "M=1-32     each call its own route"
+    lines = [line.strip() for line in flash.splitlines()[1:] if line.strip().startswith("M=")]
+    assert lines[0].startswith("M=1        cutedsl-dot cutedsl_dot_m1_t256_r1_pdl pair 512+2048 (row "
+                               "configs/sm90_pair.csv:7)"), lines
+    assert lines[1].startswith("M=2        cutedsl-dot cutedsl_dot_m2_t256_r1_pdl_bx pair 512+2048 (row "
+                               "configs/sm90_pair.csv:8)"), lines
+    assert all(" triton triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s4 pair " in line for line in lines[2:-1]), lines
+    assert lines[-1] == "M=17-32    each call its own route", lines
 
 
 def test_explain_with_a_pair_file_shows_its_pair_routes(tmp_path, monkeypatch):
