@@ -25,8 +25,9 @@ class Config:
     selection: Optional[layers_mod.LayerSelection]
     #: The eager table (``*_eager.csv``): what fast-mode calls outside graph capture take where it has a row.
     eager_table: Optional[TunedTable] = None
-    #: The serial table (``*_serial.csv``) laid over the fast table: what fast-mode calls outside SGLang's
-    #: multi-stream region take; None when no file has serial rows.
+    #: The serial table (``*_serial.csv``) laid over the fast table, a user's files over the packaged ones
+    #: (``TunedTables.outside``): what fast-mode calls outside SGLang's multi-stream region take; None when no
+    #: file has serial rows.
     serial_table: Optional[TunedTable] = None
     #: The pair table (``*_pair.csv``): where a ratio-4 layer's two compressor GEMMs are one launch outside
     #: the multi-stream region (``pairs.py``); None when no file has pair rows.
@@ -56,6 +57,6 @@ def load(env: Optional[Mapping[str, str]] = None,
                                   every_libtype=True)
     except ConfigError as e:
         raise ConfigError(one_line(e)) from None
-    serial = tables.serial.laid_over(tables.fast) if len(tables.serial) else None
+    serial = tables.outside if len(tables.serial) else None
     return Config(s, tables.fast, tables.deterministic, selection, tables.eager, serial,
                   tables.pair if len(tables.pair) else None)

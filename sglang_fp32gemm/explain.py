@@ -84,7 +84,7 @@ def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple
         env = dict(os.environ, **{settings_mod.ENABLE_VAR: "1"})
         cfg = config_mod.load(env, parsers=parsers(backends), pair_parsers=parsers(backends, pair=True))
         serial = cfg.serial_table
-        serial_files = serial.files[len(cfg.table.files):] if serial is not None else []
+        serial_files = [f for f in serial.files if f not in cfg.table.files] if serial is not None else []
         p(f"tables: {', '.join(cfg.table.files + cfg.det_table.files + cfg.eager_table.files + serial_files)} "
           f"({len(cfg.table)} rows, {len(cfg.det_table)} deterministic, {len(cfg.eager_table)} eager, "
           + ("the serial files laid over the fast table outside SGLang's multi-stream region)" if serial_files

@@ -293,7 +293,8 @@ def validate_kernel_names(rows: Iterable[TunedRow], parsers: Mapping[str, Sequen
 DETERMINISTIC_SUFFIX = "_deterministic.csv"
 #: Rows for calls outside CUDA-graph capture where they differ from the fast table's (fast mode only).
 EAGER_SUFFIX = "_eager.csv"
-#: Rows for calls outside SGLang's multi-stream (overlapped) region, laid over the fast table's (fast mode only).
+#: Rows for calls outside SGLang's multi-stream (overlapped) region, laid over the fast table's (fast mode
+#: only; ``TunedTables.outside``).
 SERIAL_SUFFIX = "_serial.csv"
 #: Rows at the joined width N1 + N2 of two GEMMs on the same x that one launch of a pair form computes
 #: (DeepSeek-V4's ratio-4 layers, outside the multi-stream region; fast mode only; ``pairs.py``).
@@ -372,6 +373,10 @@ class TunedTables:
     eager: TunedTable = dataclasses.field(default_factory=lambda: TunedTable([]))
     serial: TunedTable = dataclasses.field(default_factory=lambda: TunedTable([]))
     pair: TunedTable = dataclasses.field(default_factory=lambda: TunedTable([]))
+    #: What fast-mode calls outside SGLang's multi-stream region read where the serial table has rows: the
+    #: packaged fast files, the packaged serial files, then the user's fast and serial files in the order
+    #: given, so that a user's row overrides every packaged row for the calls its table serves.
+    outside: TunedTable = dataclasses.field(default_factory=lambda: TunedTable([]))
 
     @classmethod
     def load(cls, extra_paths: Iterable[str] = ()) -> "TunedTables":
@@ -380,9 +385,13 @@ class TunedTables:
             "fast": [], "deterministic": [], "eager": [], "serial": [], "pair": []}
         for name, text in packaged_tables():
             files[table_of(name)].append((name, parse_csv(text, name)))
+        outside = files["fast"] + files["serial"]
         for p in extra_paths:
-            files[table_of(p)].append((str(p), read_csv_file(p)))
-        return cls(**{kind: TunedTable(rows) for kind, rows in files.items()})
+            kind, entry = table_of(p), (str(p), read_csv_file(p))
+            files[kind].append(entry)
+            if kind in ("fast", "serial"):
+                outside.append(entry)
+        return cls(**{kind: TunedTable(rows) for kind, rows in files.items()}, outside=TunedTable(outside))
 
     def for_mode(self, deterministic: bool) -> TunedTable:
         return self.deterministic if deterministic else self.fast
