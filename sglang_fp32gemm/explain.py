@@ -87,7 +87,8 @@ def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple
         serial_files = [f for f in serial.files if f not in cfg.table.files] if serial is not None else []
         p(f"tables: {', '.join(cfg.table.files + cfg.det_table.files + cfg.eager_table.files + serial_files)} "
           f"({len(cfg.table)} rows, {len(cfg.det_table)} deterministic, {len(cfg.eager_table)} eager, "
-          + ("the serial files laid over the fast table outside SGLang's multi-stream region)" if serial_files
+          + ("the serial files laid over the fast table outside SGLang's multi-stream region, files of "
+             f"{settings_mod.CONFIG_VAR} over the packaged ones)" if serial_files
              else "no serial table)"))
         if cfg.pair_table is not None:
             p(f"pair table: {', '.join(cfg.pair_table.files)} ({len(cfg.pair_table)} rows: a ratio-4 layer's two "
