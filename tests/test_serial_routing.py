@@ -258,22 +258,19 @@ def test_the_packaged_pair_rows_route_both_models_at_m_1_to_16(monkeypatch):
     code, text = explain_mod.explain("sm90:132", max_m=32)
     assert code == 0, text
     assert "pair table: configs/sm90_pair.csv (" in text
-    pro = text.split("N=512+2048 K=7168")[1].split("  N=")[0]
-    lines = [line.strip() for line in pro.splitlines()[1:] if line.strip()]
-    assert lines[0].startswith("M=1        cutedsl-dot cutedsl_dot_m1_t448_r1_pdl pair 512+2048 (row "
-                               "configs/sm90_pair.csv:2)"), lines
-    assert lines[1].startswith("M=2        triton triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s4 pair 512+2048 (row "
-                               "configs/sm90_pair.csv:3)"), lines
-    assert all(" triton " in line for line in lines[1:-1]), lines
-    assert lines[-1] == "M=17-32    each call its own route", lines
-    flash = text.split("N=512+2048 K=4096")[1].split("  N=")[0]
-    lines = [line.strip() for line in flash.splitlines()[1:] if line.strip().startswith("M=")]
-    assert lines[0].startswith("M=1        cutedsl-dot cutedsl_dot_m1_t256_r1_pdl pair 512+2048 (row "
-                               "configs/sm90_pair.csv:7)"), lines
-    assert lines[1].startswith("M=2        cutedsl-dot cutedsl_dot_m2_t256_r1_pdl_bx pair 512+2048 (row "
-                               "configs/sm90_pair.csv:8)"), lines
-    assert all(" triton triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s4 pair " in line for line in lines[2:-1]), lines
-    assert lines[-1] == "M=17-32    each call its own route", lines
+    # (K, rows of the dot pair from M=1 as (kernel, file line), the Triton kernel of the rest, or "" for any)
+    for k, dot, triton in ((7168, [("cutedsl_dot_m1_t448_r1_pdl", 2)], ""),
+                           (4096, [("cutedsl_dot_m1_t256_r1_pdl", 7), ("cutedsl_dot_m2_t256_r1_pdl_bx", 8)],
+                            "triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s4")):
+        block = text.split(f"N=512+2048 K={k}")[1].split("  N=")[0]
+        lines = [line.strip() for line in block.splitlines()[1:] if line.strip().startswith("M=")]
+        for m, (kernel, line_no) in enumerate(dot, 1):
+            assert lines[m - 1].startswith(f"M={m:<9}cutedsl-dot {kernel} pair 512+2048 (row "
+                                           f"configs/sm90_pair.csv:{line_no})"), lines
+        assert all(f" triton {triton}" in line for line in lines[len(dot):-1]), lines
+        assert lines[-1] == "M=17-32    each call its own route", lines
+    # V4-Pro's M=2 row (run 24d): Triton's pair, line 3.
+    assert "M=2        triton triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s4 pair 512+2048 (row configs/sm90_pair.csv:3)" in text
 
 
 def test_explain_with_a_pair_file_shows_its_pair_routes(tmp_path, monkeypatch):

@@ -32,8 +32,8 @@ case ${1:?tune or ab} in
     ;;
   ab)
     rows=${2:?the tuned rows (a CSV in the repository)}
-    # The file's name picks its table: only *_serial.csv rows reach calls outside the region (run 25f's
-    # rows, named otherwise, went to the fast table and made its A/B an A/A).
+    # The file's name picks its table: *_serial.csv rows serve only calls outside the region (before stop 38
+    # they were also the only user rows to reach those calls: run 25f's, named otherwise, made an A/A).
     case $rows in *_serial.csv) ;; *) echo "bx_tables.sh: $rows: name it *_serial.csv"; exit 2 ;; esac
     ms=$(echo ${BX_M:-2 4} | tr " " ",")
     region_ab "$rows" 60 --region-m "$ms" --region-schedule serial

@@ -4,8 +4,9 @@
 # N 512-2560, ll_bf16 at its best config incl. the prefetching instance), A then B; then the V4-Pro serial
 # schedule at M=1, one A and one B process.
 # Ran as 25f, and was an A/A: the rows' file name (no _serial suffix) put them in the fast table, which
-# graph-captured calls outside the multi-stream region do not read (the serial table's M=1 rows win there).
-# Next time: BX_M=1 bash docs/benchmarks/h200/run25/bx_tables.sh tune|ab (serial-named rows).
+# graph-captured calls outside the multi-stream region did not read then (the packaged serial rows won there;
+# from stop 38 a user's file overrides them). Its successor: run26/sm90_26_m12_serial.csv with
+# bx_tables.sh ab (the benchmarks page, run 25's next calls).
 set -uo pipefail
 . docs/benchmarks/h200/run20/common.sh
 rows=docs/benchmarks/h200/run25/sm90_25_m1.csv
