@@ -336,12 +336,6 @@ class TunedTable:
         """The fast table (default) or the deterministic one; see ``TunedTables.load``."""
         return TunedTables.load(extra_paths).for_mode(deterministic)
 
-    def laid_over(self, base: "TunedTable") -> "TunedTable":
-        """``base`` with this table's rows overriding its rows of the same key."""
-        t = TunedTable([("", base.every_row()), ("", self.every_row())])
-        t.files = base.files + self.files
-        return t
-
     def rows(self) -> list[TunedRow]:
         """The merged rows: one per key, the last file's."""
         return list(self._rows.values())

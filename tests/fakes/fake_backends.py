@@ -67,6 +67,14 @@ def enabled_settings(enabled: bool = True, deterministic: bool = False) -> setti
                                  deterministic, "env" if deterministic else "default")
 
 
+def laid_over(top: TunedTable, base: TunedTable) -> TunedTable:
+    """``base`` with ``top``'s rows overriding its rows of the same key: ``config.load``'s table outside the
+    multi-stream region (``TunedTables.outside``) where the fast and serial files are of one origin."""
+    t = TunedTable([("", base.every_row()), ("", top.every_row())])
+    t.files = base.files + top.files
+    return t
+
+
 def make_config(table: Optional[TunedTable] = None, enabled: bool = True, deterministic: bool = False,
                 det_table: Optional[TunedTable] = None,
                 selection: Optional[layers_mod.LayerSelection] = None,
@@ -78,7 +86,7 @@ def make_config(table: Optional[TunedTable] = None, enabled: bool = True, determ
     return config_mod.Config(enabled_settings(enabled, deterministic), table,
                              det_table or TunedTable([]), selection or layers_mod.LayerSelection(),
                              eager_table or TunedTable([]),
-                             serial_table.laid_over(table) if serial_table is not None else None, pair_table)
+                             laid_over(serial_table, table) if serial_table is not None else None, pair_table)
 
 
 def make_router(backends: Optional[list[Backend]] = None, table: Optional[TunedTable] = None,
