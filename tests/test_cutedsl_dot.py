@@ -26,7 +26,8 @@ from sglang_fp32gemm.backends.cutedsl_warp import CuteDSLWarpBackend
 
 @pytest.mark.parametrize("cfg", [DotConfig(1, 128, 2, True), DotConfig(4, 64, 1), DotConfig(2, 256, 4, False),
                                  DotConfig(2, 448, 1, True, True), DotConfig(4, 128, 2, False, True),
-                                 DotConfig(1, 224, 1, True, False, True), DotConfig(2, 64, 2, True, True, True)])
+                                 DotConfig(1, 224, 1, True, False, True), DotConfig(2, 64, 2, True, True, True),
+                                 DotConfig(1, 448, 1, True, False, False, 264), DotConfig(2, 128, 2, False, True, True, 7)])
 def test_names_round_trip(cfg):
     assert DotConfig.parse(cfg.name) == cfg
     assert CuteDSLDotBackend().kernel_name(cfg) == cfg.name
@@ -40,6 +41,9 @@ def test_names_round_trip(cfg):
     ("cutedsl_dot_m1_t448_r1_pdl_bx", "max_m=1 has one row of x"),
     ("cutedsl_dot_m2_t448_r1_bx_pdl", "is not of the form"),
     ("cutedsl_dot_m1_t448_r1_mb1_pdl", "is not of the form"),
+    ("cutedsl_dot_m1_t448_r1_g132_pdl", "is not of the form"),  # _g comes last
+    ("cutedsl_dot_m1_t448_r1_pdl_g0", "is not of the form"),    # no cap is no suffix
+    ("cutedsl_dot_m1_t448_r1_pdl_g0132", "is not of the form"),  # one spelling per cap
     ("cutedsl_warpsplitk_o16_t8_k256_s8_b1", "is not of the form"),
 ])
 def test_bad_names_say_what_is_wrong(name, why):
@@ -72,9 +76,28 @@ def test_the_two_cutedsl_backends_take_only_their_own_names():
     (DotConfig(1, 64, 4), 1, 512, 7168, False),     # 56 W vectors a thread
     (DotConfig(1, 256, 2), 1, 512, 4096, True),
     (DotConfig(1, 128, 1), 1, 2560, 5120, True),
+    (DotConfig(1, 448, 1, True, False, False, 264), 1, 2048, 7168, True),
+    (DotConfig(1, 448, 2, True, False, False, 264), 1, 512, 7168, False),  # 256 CTAs: the cap caps nothing
 ])
 def test_shape_rules(cfg, m, n, k, ok):
     assert CuteDSLDotBackend().supports(cfg, m, n, k)[0] is ok
+
+
+def test_a_capped_form_launches_its_cap_and_only_single_calls_take_it():
+    """``_g<C>``: C CTAs (what the tuner reads); the pair table refuses it at start-up, naming the form, and
+    ``bind_pair`` refuses it before compiling. Not offered by ``candidates`` (run 26 times it first)."""
+    cfg = DotConfig.parse("cutedsl_dot_m1_t448_r1_pdl_g264")
+    assert cfg.ctas(2048) == 264 and DotConfig.parse("cutedsl_dot_m1_t448_r1_pdl").ctas(2048) == 2048
+    for parse in parsers(default_backends())["cutedsl"]:
+        if parse.__qualname__.startswith("CuteDSLDotBackend"):
+            assert parse(cfg.name) == cfg
+    pair_parse = [p for p in parsers(default_backends(), pair=True)["cutedsl"]]
+    with pytest.raises(ValueError, match="a pair form takes no _g cap"):
+        for parse in pair_parse:
+            parse(cfg.name)
+    with pytest.raises(ValueError, match="a pair form takes no _g cap"):
+        CuteDSLDotBackend().bind_pair(cfg, torch.device("cpu"), 512, 2048, 7168)
+    assert not any(c.ctas_cap for m in (1, 2, 4) for c in CuteDSLDotBackend().candidates(m, 2048, 7168))
 
 
 def test_candidates_only_at_m_1_2_4_and_every_one_takes_the_shape():
@@ -121,11 +144,27 @@ print(len(seen), len(bad), bad[:5])
 """
 
 
+_CAPPED_SIZES = """
+import math
+from sglang_fp32gemm.backends import cutedsl_dot
+from sglang_fp32gemm.backends.cutedsl_dot_kernel import DotKernel
+bad = []
+for n, rows, cap in ((2048, 1, 264), (2048, 2, 132), (512, 1, 132), (2560, 4, 7)):
+    c = cutedsl_dot.DotConfig(1, 448, rows, True, False, False, cap)
+    grid = DotKernel(n, 7168, c.threads, c.rows, c.max_m, c.pdl, cutedsl_dot.VEC, ctas_cap=cap).grid
+    if math.prod(grid) != c.ctas(n) or c.ctas(n) != cap:
+        bad.append((c.name, n, grid))
+print(len(bad), bad)
+"""
+
+
 def test_every_candidates_launch_is_the_configs_own():
     """The CTAs the tuner reads from a config are what its kernel launches, for every form offered at six
     DSv4 shapes (kernel objects built in a child, not compiled)."""
     count, bad, first = cutedsl_child(_SIZES_AGREE).split(" ", 2)
     assert int(count) > 50 and bad == "0", first
+    bad, first = cutedsl_child(_CAPPED_SIZES).split(" ", 1)  # and the _g forms'
+    assert bad == "0", first
 
 
 def test_the_order_reference_is_an_exact_fp32_product():
@@ -161,6 +200,27 @@ def test_compiled_for_sm90_on_this_cpu_the_w_loads_come_first_and_nothing_is_ato
         assert "griddepcontrol.launch_dependents" in body
     else:
         assert "griddepcontrol" not in body
+
+
+def test_the_capped_form_loops_over_its_blocks_with_the_plain_forms_body(tmp_path):
+    """``_g264`` at N=2048 (stop 39): one loop whose trip steps the block by the cap (264 blocks, 264 rows of W
+    at rows=1), each trip the plain form's body (its W loads before the wait, then x, the same multiply-adds,
+    the butterfly and the warps in order: the same bits) and a barrier before the next trip reuses the shared
+    buffer."""
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "g").mkdir()
+    plain = _compile_and_read_ptx(tmp_path / "plain", DotConfig(1, 448, 1, True), 2048, 7168)
+    capped = _compile_and_read_ptx(tmp_path / "g", DotConfig(1, 448, 1, True, False, False, 264), 2048, 7168)
+    body = capped[capped.index(".entry"):]
+    assert re.search(r"add\.s32\s+%r\d+, %r\d+, 264;", body), "the block index steps by the cap"
+    assert "nounroll" in body and len(re.findall(r"\bbra\b", body)) > len(re.findall(r"\bbra\b", plain))
+    for pattern in (r"ld\.global[.a-z0-9]*\.v4", r"\bfma\.rn\.f32\b", r"st\.global", r"shfl\.sync",
+                    r"griddepcontrol\.wait"):
+        assert len(re.findall(pattern, plain)) == len(re.findall(pattern, capped)), pattern
+    assert len(re.findall(r"bar\.sync", capped)) == len(re.findall(r"bar\.sync", plain)) + 1
+    loop = body[body.index("nounroll"):]
+    wait = loop.index("griddepcontrol.wait")
+    assert len(re.findall(r"ld\.global[.a-z0-9]*\.v4", loop[:wait])) == 2  # this trip's W (K = 2 x 448 x 8)
 
 
 def _branches_between_wait_and_release(ptx: str) -> int:

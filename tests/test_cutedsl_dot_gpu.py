@@ -48,6 +48,24 @@ def test_candidates_are_exact_and_equal_their_order_reference(n, k):
             check(poisoned_call(fn, x, w), x, w, cfg.threads)
 
 
+@pytest.mark.parametrize("cfg, n, k", [(DotConfig(1, 448, 1, True, False, False, 132), 2048, 7168),
+                                       (DotConfig(1, 448, 1, True, False, False, 264), 512, 7168),
+                                       (DotConfig(2, 448, 2, True, True, False, 100), 1024, 7168),  # a short last trip
+                                       (DotConfig(4, 128, 1, False, True, False, 7), 512, 7168),
+                                       (DotConfig(1, 256, 1, True, False, False, 132), 1024, 4096)])
+def test_capped_forms_are_exact_and_give_the_plain_forms_bits(cfg, n, k):
+    # _g<C> (stop 39): C CTAs, each taking every C-th block of rows; every row of out written (NaN-poisoned),
+    # the same sums in the same order as the plain form.
+    fn = bound(cfg, n, k)
+    w = rnd(n, k)
+    for mm in range(1, cfg.max_m + 1):
+        x = rnd(mm, k)
+        check(poisoned_call(fn, x, w), x, w, cfg.threads)
+    if cfg.pdl:
+        for out, x in replays_after_the_writer(fn, w, cfg.max_m):
+            check(out, x, w, cfg.threads)
+
+
 def test_strided_and_misaligned_x():
     cfg, n, k = DotConfig(4, 128, 2, True), 1024, 7168
     fn = bound(cfg, n, k)

@@ -21,8 +21,9 @@ from sglang_fp32gemm.backends.cutedsl_tvm import VEC, TvmFfiBackend, check_w, co
 
 MAX_M = 4                 # the dot product wins only at the smallest M (issue 15)
 ROWS = (1, 2, 4)
-_FORM = "cutedsl_dot_m<MAX_M>_t<THREADS>_r<ROWS>[_pdl][_bx][_mb1]"
-_NAME_RE = re.compile(r"^cutedsl_dot_m(?P<m>\d+)_t(?P<t>\d+)_r(?P<r>\d+)(?P<pdl>_pdl)?(?P<bx>_bx)?(?P<mb1>_mb1)?$")
+_FORM = "cutedsl_dot_m<MAX_M>_t<THREADS>_r<ROWS>[_pdl][_bx][_mb1][_g<CTAS>]"
+_NAME_RE = re.compile(r"^cutedsl_dot_m(?P<m>\d+)_t(?P<t>\d+)_r(?P<r>\d+)(?P<pdl>_pdl)?(?P<bx>_bx)?(?P<mb1>_mb1)?"
+                      r"(?:_g(?P<g>[1-9]\d*))?$")
 # A thread keeps rows x K / (8 x threads) 16-byte W vectors in registers.
 MAX_W_VECTORS = 32
 
@@ -40,6 +41,10 @@ class DotConfig:
     #: ``_mb1``: the launch asks for at least one CTA an SM (``.minnctapersm 1``), which frees ptxas's
     #: register budget to issue all of x's loads at once (docs/backends/cutedsl_dot.md).
     min_blocks: bool = False
+    #: ``_g<C>``: C CTAs in all, each taking every C-th block of ``rows`` rows in turn, instead of a CTA a block
+    #: (0: no cap). Made for SGLang's multi-stream region, where a queue of this kernel's CTAs would hold up the
+    #: other streams' kernels (docs/backends/cutedsl_dot.md); the same sums, so the same bits.
+    ctas_cap: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_m <= MAX_M:
@@ -50,15 +55,19 @@ class DotConfig:
             raise ValueError(f"rows={self.rows}: must be one of {ROWS}")
         if self.branchless_x and self.max_m == 1:
             raise ValueError("_bx: max_m=1 has one row of x and no branch to remove")
+        if self.ctas_cap < 0:
+            raise ValueError(f"ctas_cap={self.ctas_cap}: must be >= 0 (0: no cap)")
 
     @property
     def name(self) -> str:
         return (f"cutedsl_dot_m{self.max_m}_t{self.threads}_r{self.rows}" + ("_pdl" if self.pdl else "")
-                + ("_bx" if self.branchless_x else "") + ("_mb1" if self.min_blocks else ""))
+                + ("_bx" if self.branchless_x else "") + ("_mb1" if self.min_blocks else "")
+                + (f"_g{self.ctas_cap}" if self.ctas_cap else ""))
 
     def ctas(self, n: int) -> int:
-        """CTAs a call launches: one for each ``rows`` rows of W (``compile_form`` checks the kernel's grid)."""
-        return n // self.rows
+        """CTAs a call launches: one for each ``rows`` rows of W, at most ``ctas_cap`` (``compile_form`` checks
+        the kernel's grid)."""
+        return min(self.ctas_cap, n // self.rows) if self.ctas_cap else n // self.rows
 
     @classmethod
     def parse(cls, name: str) -> "DotConfig":
@@ -66,13 +75,23 @@ class DotConfig:
         if g is None:
             raise ValueError(f"kernelName {name!r} is not of the form {_FORM}")
         return cls(int(g["m"]), int(g["t"]), int(g["r"]), g["pdl"] is not None, g["bx"] is not None,
-                   g["mb1"] is not None)
+                   g["mb1"] is not None, int(g["g"] or 0))
+
+    @classmethod
+    def parse_pair(cls, name: str) -> "DotConfig":
+        """A pair table row's form: as ``parse``, without ``_g`` (the pair kernel launches a CTA a block)."""
+        cfg = cls.parse(name)
+        if cfg.ctas_cap:
+            raise ValueError(f"kernelName {name!r}: a pair form takes no _g cap")
+        return cfg
 
     def check_shape(self, m: int, n: int, k: int) -> Verdict:
         if not 1 <= m <= self.max_m:
             return False, f"M={m} is outside 1..{self.max_m}"
         if n <= 0 or n % self.rows:
             return False, f"N={n} is not a multiple of rows={self.rows}"
+        if self.ctas_cap and self.ctas_cap >= n // self.rows:
+            return False, f"_g{self.ctas_cap} caps nothing at N={n} ({n // self.rows} CTAs without it)"
         if k <= 0 or k % (VEC * self.threads):
             return False, f"K={k} is not a multiple of 8 x threads = {VEC * self.threads}"
         vectors = self.rows * k // (VEC * self.threads)
@@ -109,7 +128,7 @@ def compile_kernel(cfg: DotConfig, n: int, k: int) -> Any:
     from sglang_fp32gemm.backends.cutedsl_dot_kernel import DotKernel
 
     return compile_form(DotKernel(n, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC, cfg.branchless_x,
-                                  cfg.min_blocks), cfg, n, k)
+                                  cfg.min_blocks, cfg.ctas_cap), cfg, n, k)
 
 
 def compile_pair(cfg: DotConfig, n: int, n2: int, k: int) -> Any:
@@ -134,6 +153,9 @@ class CuteDSLDotBackend(TvmFfiBackend):
     def compile(self, cfg: DotConfig, n: int, k: int) -> Any:
         return compile_kernel(cfg, n, k)
 
+    def parse_pair(self, kernel_name: str) -> DotConfig:
+        return DotConfig.parse_pair(kernel_name)
+
     def candidates(self, m: int, n: int, k: int) -> list[DotConfig]:
         """At M 1, 2 and 4 (aiter's lookup gives each its own row): every thread count from 64 to 1024
         that divides K into whole 16-byte slots (K=7168: 64, 128, 224, 448, 896) and row count that
@@ -154,7 +176,9 @@ class CuteDSLDotBackend(TvmFfiBackend):
 
     def bind_pair(self, cfg: DotConfig, device: torch.device, n: int, n2: int, k: int) -> PairFn:
         """``fn(x, w, w2)``: two GEMMs on the same x in one launch (``DotPairKernel``), each output the bits of
-        this form's own call. Both widths must take the form (``check_shape``)."""
+        this form's own call. Both widths must take the form (``check_shape``); a ``_g`` form is refused."""
+        if cfg.ctas_cap:
+            raise ValueError(f"{cfg.name}: a pair form takes no _g cap (its kernel launches a CTA a block)")
         device = bind_device(cfg, device, k, n, n2, cuda_only=True)
         with torch.cuda.device(device):
             f = compile_pair(cfg, n, n2, k)

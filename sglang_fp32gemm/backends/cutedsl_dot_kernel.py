@@ -32,9 +32,11 @@ class DotKernel:
     """One compiled form: (N, K) fixed, M <= ``max_m`` at run time; ``vec`` bf16 a load (8: 16 bytes)."""
 
     def __init__(self, n: int, k: int, threads: int, rows: int, max_m: int, pdl: bool, vec: int,
-                 branchless_x: bool = False, min_blocks: bool = False) -> None:
+                 branchless_x: bool = False, min_blocks: bool = False, ctas_cap: int = 0) -> None:
         if threads % 32 or k % (vec * threads) or n % rows:
             raise ValueError(f"threads={threads}, rows={rows} do not tile N={n}, K={k}")
+        if ctas_cap < 0:
+            raise ValueError(f"ctas_cap={ctas_cap}: must be >= 0 (0: no cap)")
         self.n, self.k, self.threads, self.rows, self.max_m, self.pdl = n, k, threads, rows, max_m, pdl
         self.vec = vec
         self.branchless_x = branchless_x
@@ -42,7 +44,9 @@ class DotKernel:
         self.hints = {"min_blocks_per_mp": 1} if min_blocks else {}
         self.iters = k // (vec * threads)
         self.warps = threads // 32
-        self.grid = (n // rows, 1, 1)             # a CTA for each `rows` rows of W
+        self.blocks = n // rows                   # `rows` rows of W each
+        # A CTA for each block; ``_g<C>``: C CTAs, each taking every C-th block in turn.
+        self.grid = (min(ctas_cap, self.blocks) if ctas_cap else self.blocks, 1, 1)
 
     def launch_options(self, stream) -> dict:
         """The launch's options, one place for both forms: a CTA per ``grid`` entry, the shared memory that
@@ -57,7 +61,15 @@ class DotKernel:
     @cute.kernel
     def kernel(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor):
         bid, _, _ = cute.arch.block_idx()
-        self.rows_of(x, w, out, bid * self.rows, self.reduction_buffer())
+        if const_expr(self.grid[0] == self.blocks):
+            self.rows_of(x, w, out, bid * self.rows, self.reduction_buffer())
+        else:
+            # ``_g``: every CTA is resident from the start, and no queue of CTAs waits behind them, so that the
+            # kernels of SGLang's other streams are not held up behind this one's (issue 15, overlapped region).
+            red = self.reduction_buffer()
+            for blk in cutlass.range(bid, self.blocks, self.grid[0], unroll=1):
+                self.rows_of(x, w, out, blk * self.rows, red)
+                cute.arch.sync_threads()  # the next block's rows write `red` again
 
     @cute.jit
     def reduction_buffer(self) -> cute.Tensor:
@@ -147,7 +159,7 @@ class DotPairKernel(DotKernel):
                  branchless_x: bool = False, min_blocks: bool = False) -> None:
         if n2 <= 0 or n2 % rows:
             raise ValueError(f"rows={rows} does not tile N2={n2}")
-        super().__init__(n, k, threads, rows, max_m, pdl, vec, branchless_x, min_blocks)
+        super().__init__(n, k, threads, rows, max_m, pdl, vec, branchless_x, min_blocks)  # no ``_g`` cap
         self.n2 = n2
         self.first = n // rows                    # the CTAs on (w, out)
         self.grid = (self.first + n2 // rows, 1, 1)
