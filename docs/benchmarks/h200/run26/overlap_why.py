@@ -1,0 +1,299 @@
+"""Run 26's diagnosis of the overlapped region (device): where the fp32 GEMMs' added time comes from, and whether
+launching them at a higher stream priority takes any of it off.
+
+    python3 docs/benchmarks/h200/run26/overlap_why.py OUT.json [pro:1,pro:8,flash:1]
+
+Why: issue 15's overlapped target (<= 0.7x what torch adds, <= 2.5 us a V4-Pro layer at M 1-8) failed at
+every M in every run (24a: routed 0.82-0.95x torch, 3.97-5.54 us a layer). The region's base step is about
+31 us a V4-Pro layer, while its bytes take about 15 us at the H200's peak: HBM is idle most of the step, yet
+the fp32 GEMMs (25.5 MB a layer on average) add 4-5.5 us. Either they sit on the critical path (the
+compressor stream ends after the main stream's work and the main stream waits for it), or they slow the
+main stream's kernels beside them. Nothing recorded says which.
+
+Per (model, M), the overlapped schedule of ``tools/region.py``, one process:
+1. Modes ``none``, ``torch``, ``routed``, ``routed_hi``, ``torch_hi`` captured SGLang's way, 3 rounds
+   interleaved (``timing.rotated_rounds``), 20 replays each; the median capture counts, as in ``bench
+   --region``. ``*_hi``: each fp32 GEMM launched from a stream of the highest priority torch gives (one
+   per side stream, so that the indexer's and the compressor's GEMMs stay on separate streams), joined back
+   at once. SGLang's streams all have the default priority, the lowest, so a high-priority launch is the
+   only direction a plugin can move; PyTorch instantiates graphs with
+   ``cudaGraphInstantiateFlagUseNodePriority``, so a kernel node keeps the priority of the stream it was
+   captured from. Every output checked against float64 after x got fresh values.
+2. Then (CUPTI stays on in a process once started, and slows later timings by 5-7%, run 22c) one more
+   capture of each mode, one replay profiled: every kernel's name, stream, start, duration and grid, written
+   as ``OUT.trace_<model>_m<M>.json.gz`` for analysis on the CPU, and a summary here: the span, the kernels'
+   busy time, per-stream busy time, and the fp32 GEMM kernels' durations in the step (kernel names absent
+   from ``none``) against those same kernels timed alone.
+A priority check first: a three-kernel graph with its middle kernel captured from the high-priority stream,
+read back through CUDA (``keep_graph``): each kernel node's priority attribute.
+Writes JSON to argv[1] (printed as it goes).
+"""
+
+import collections
+import gzip
+import json
+import os
+import statistics
+import sys
+import tempfile
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from sglang_fp32gemm import exactness
+from sglang_fp32gemm.tools import region, timing
+from sglang_fp32gemm.tools.bench_measure import Bench, set_deterministic
+
+OUT_JSON = sys.argv[1]
+CASES = [(c.split(":")[0], int(c.split(":")[1])) for c in (sys.argv[2] if len(sys.argv) > 2 else
+                                                           "pro:1,pro:8,flash:1").split(",")]
+ROUNDS, REPLAYS = 3, 20
+#: The args of the first kernel event of each trace (the last one seen wins), as written to OUT.json.
+ARG_KEYS: dict = {}
+dev = torch.device("cuda")
+
+
+class HighPriority:
+    """``wrap(fn)``: fn launched from a high-priority stream, one per calling stream, joined back at once."""
+
+    def __init__(self) -> None:
+        self.streams: dict = {}
+
+    def stream_for(self, cur: "torch.cuda.Stream") -> "torch.cuda.Stream":
+        s = self.streams.get(cur.stream_id)
+        if s is None:
+            s = self.streams[cur.stream_id] = torch.cuda.Stream(priority=-10)  # torch maps it to its highest
+        return s
+
+    def wrap(self, fn):
+        def hopped(x, w):
+            cur = torch.cuda.current_stream()
+            hi = self.stream_for(cur)
+            hi.wait_stream(cur)
+            with torch.cuda.stream(hi):
+                out = fn(x, w)
+            cur.wait_stream(hi)
+            return out
+        return hopped
+
+
+def priority_check(hp: HighPriority) -> dict:
+    """The priority attribute of each kernel node of a graph whose middle kernel was captured from a
+    high-priority stream."""
+    rec: dict = {}
+    try:
+        rec["priority_range"] = list(torch.cuda.Stream.priority_range())
+    except Exception as e:
+        rec["priority_range"] = f"{type(e).__name__}: {e}"
+    cap = torch.cuda.Stream()
+    hi = hp.stream_for(cap)
+    rec["stream_priority"] = {"capture": cap.priority, "high": hi.priority}
+    try:
+        from cuda.bindings import driver, runtime
+
+        a = torch.randn(4096, device=dev)
+        g = torch.cuda.CUDAGraph(keep_graph=True)
+        with torch.cuda.graph(g, stream=cap):
+            b = a * 2
+            hi.wait_stream(cap)
+            with torch.cuda.stream(hi):
+                c = b + 3
+            cap.wait_stream(hi)
+            d = c * 5
+        g.replay()
+        torch.cuda.synchronize()
+        rec["result_ok"] = bool(torch.equal(d, (a * 2 + 3) * 5))
+
+        def ok(ret):
+            err, *rest = ret
+            if int(err) != 0:
+                raise RuntimeError(f"CUDA error {err}")
+            return rest[0] if len(rest) == 1 else rest
+
+        graph = runtime.cudaGraph_t(init_value=int(g.raw_cuda_graph()))
+        _, n = ok(runtime.cudaGraphGetNodes(graph, 0))
+        nodes, _ = ok(runtime.cudaGraphGetNodes(graph, n))
+        prios = []
+        ids = driver.CUkernelNodeAttrID
+        attr = getattr(ids, "CU_KERNEL_NODE_ATTRIBUTE_PRIORITY", None) or ids.CU_LAUNCH_ATTRIBUTE_PRIORITY
+        for nd in nodes:
+            node = driver.CUgraphNode(init_value=int(nd))
+            if ok(driver.cuGraphNodeGetType(node)) != driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL:
+                continue
+            prios.append(int(ok(driver.cuGraphKernelNodeGetAttribute(node, attr)).priority))
+        rec["kernel_node_priorities"] = prios  # issue order is not guaranteed; the middle one should differ
+    except Exception as e:
+        rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    return rec
+
+
+#: The ``_g`` caps the dot modes try: one and two CTAs an SM on a 132-SM H100/H200.
+CAPS = (132, 264)
+
+
+def dot_modes(spec, m: int, shapes, kernels: dict) -> dict:
+    """At M <= 4 (with DOT_MODES=1, set by overlap.sh once the ``_g`` forms passed their GPU tests): every fp32 GEMM
+    on one cutedsl-dot form, uncapped (``dot``) and as ``_g<C>`` for each of ``CAPS`` (``dot_g<C>``): whether
+    a queue of the kernel's CTAs holds up the other streams' kernels (the ``_g`` forms launch no more CTAs than
+    can be resident at once). The form: 448 threads (V4-Pro; 256 where 448 does not tile K), one row a CTA."""
+    if m > 4 or os.environ.get("DOT_MODES") != "1":
+        return {}
+    from sglang_fp32gemm.backends import by_name
+    from sglang_fp32gemm.backends.cutedsl_dot import DotConfig
+
+    be = by_name("cutedsl-dot")
+    threads = 448 if spec.hidden % (8 * 448) == 0 else 256
+    out = {}
+    for cap in (0,) + CAPS:
+        cfg = DotConfig(m, threads, 1, True, m > 1, False, cap)
+        label = f"dot_g{cap}" if cap else "dot"
+        try:
+            out[label] = {n: be.bind(cfg, dev, n, k) for n, k in shapes}
+            kernels[label] = cfg.name
+        except Exception as e:  # a form that does not bind is a note, not the end of the run
+            kernels[label] = f"{cfg.name}: {type(e).__name__}: {str(e)[:200]}"
+    return out
+
+
+def capture(timer, fn):
+    """A graph of ``fn`` captured SGLang's way (the timer's shared stream and pool) after two eager runs, as
+    ``CudaTimer.step`` captures; (graph, outputs)."""
+    stream, pool = timer._capture_on()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, pool=pool, stream=stream):
+        outs = fn()
+    return g, outs
+
+
+def kernels_of(p) -> list:
+    """[(name, stream, start us, duration us, grid)] of one profiled replay, by start."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = f.name
+    p.export_chrome_trace(path)
+    with open(path) as f:
+        trace = json.load(f)
+    os.unlink(path)
+    events = [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"]
+    if events:  # what else CUPTI gave for a graph's kernel (graph node ids?), for the analysis
+        ARG_KEYS.update(events[0].get("args", {}))
+    ks = [(e.get("name", "?"), e.get("args", {}).get("stream", -1), float(e["ts"]), float(e.get("dur", 0.0)),
+           e.get("args", {}).get("grid")) for e in events]
+    ks.sort(key=lambda t: t[2])
+    if ks:
+        t0 = ks[0][2]
+        ks = [(n, s, round(t - t0, 3), round(d, 3), g) for n, s, t, d, g in ks]
+    return ks
+
+
+def summary(ks: list, base_names: set, alone: dict) -> dict:
+    if not ks:
+        return {"kernels": 0}
+    per_stream: dict = collections.defaultdict(float)
+    for _, s, _, d, _ in ks:
+        per_stream[s] += d
+    fp32 = collections.defaultdict(list)
+    for n, _, _, d, _ in ks:
+        if n not in base_names:
+            fp32[n[:90]].append(d)
+    return {"kernels": len(ks), "span_us": round(ks[-1][2] + ks[-1][3], 1),
+            "busy_us": round(sum(k[3] for k in ks), 1), "streams": len(per_stream),
+            "busy_per_stream_us": {str(s): round(v, 1) for s, v in sorted(per_stream.items(), key=lambda kv: -kv[1])},
+            "fp32_kernels_in_step": {n: {"calls": len(v), "median_us": round(statistics.median(v), 2),
+                                         "sum_us": round(sum(v), 1)} for n, v in fp32.items()},
+            "fp32_alone_us": alone}
+
+
+def main() -> None:
+    set_deterministic(False)  # the plugin enabled, its packaged tables
+    timer = timing.CudaTimer("sglang")
+    bench = Bench([], dev, timer, picks=None)
+    hp = HighPriority()
+    out: dict = {"versions": {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
+                              "cuda": torch.version.cuda}, "cases": {}}
+    out["priority_check"] = priority_check(hp)
+    print("priority check", json.dumps(out["priority_check"]), flush=True)
+    for model, m in CASES:
+        spec = region.MODELS[model]
+        weights = region.make_weights(spec, dev)
+        streams = region.Streams(dev)
+        x = exactness.random_bf16(m, spec.hidden, device=dev)
+        shapes = region.fp32_shapes(spec)
+        tm, rt = bench.torch_fn, bench.routed
+        modes = {"none": None, "torch": {n: tm for n, _ in shapes}, "routed": {n: rt for n, _ in shapes},
+                 "routed_hi": {n: hp.wrap(rt) for n, _ in shapes}, "torch_hi": {n: hp.wrap(tm) for n, _ in shapes}}
+        modes.update(dot_modes(spec, m, shapes, rec_kernels := {}))
+        steps = region.Steps(spec, region.plan(spec, "overlapped"), weights, x, streams)
+        rec: dict = {"layers": spec.layers, "rounds_step_us": {k: [] for k in modes}, "rel_err": {}, "note": {},
+                     "kernels": rec_kernels}
+        times = rec["rounds_step_us"]
+        for name in timing.rotated_rounds(times, ROUNDS):
+            try:
+                t, outs = timer.step(steps.of(modes[name]), REPLAYS, refresh=lambda: exactness.refill(x))
+            except Exception as e:
+                rec["note"][name] = f"raised {type(e).__name__}: {str(e)[:300]}"
+                del times[name]
+                steps.release()
+                continue
+            times[name].append(round(t, 2))
+            if modes[name] is not None:
+                worst = max((exactness.measure(o, exactness.reference(xo, w)).rel_err
+                             for o, (xo, w) in zip(outs, steps.operands())), default=0.0)
+                rec["rel_err"][name] = max(worst, rec["rel_err"].get(name, 0.0))
+            steps.release()
+        med = {k: statistics.median(v) for k, v in times.items() if v}
+        if "none" in med:
+            rec["add_per_layer_us"] = {k: round((v - med["none"]) / spec.layers, 3) for k, v in med.items()
+                                       if k != "none"}
+        print(model, m, "added per layer", rec.get("add_per_layer_us"), "rel_err", rec["rel_err"], rec["note"],
+              flush=True)
+        # Profiles: after every timing above (CUPTI stays on).
+        alone = {}
+        for n, k in shapes:
+            ws = timer.weights(n, k, dev)
+            with region.layer_mark(region.plan(spec, "overlapped")[-1]):
+                alone[str(n)] = {"routed": round(timer.per_call(rt, x, ws, 15), 2),
+                                 "torch": round(timer.per_call(tm, x, ws, 15), 2)}
+            del ws
+        traces, base_names = {}, set()
+        for name in modes:
+            try:
+                g, _ = capture(timer, steps.of(modes[name]))
+                for _ in range(3):
+                    g.replay()
+                torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA]) as p:
+                    g.replay()
+                    torch.cuda.synchronize()
+                ks = kernels_of(p)
+                del g
+            except Exception as e:
+                rec["note"][f"profile {name}"] = f"raised {type(e).__name__}: {str(e)[:300]}"
+                steps.release()
+                continue
+            steps.release()
+            if name == "none":
+                base_names = {k[0] for k in ks}
+            traces[name] = ks
+            rec.setdefault("profile", {})[name] = summary(ks, base_names, alone if name != "none" else {})
+            print(model, m, name, json.dumps(rec["profile"][name])[:900], flush=True)
+        names = sorted({k[0] for ks in traces.values() for k in ks})
+        idx = {n: i for i, n in enumerate(names)}
+        with gzip.open(f"{OUT_JSON[:-5]}.trace_{model}_m{m}.json.gz", "wt") as f:
+            json.dump({"names": names, "fields": ["name", "stream", "start_us", "dur_us", "grid"],
+                       "modes": {k: [[idx[a], s, t, d, gr] for a, s, t, d, gr in v] for k, v in traces.items()}}, f)
+        out["cases"][f"{model}:{m}"] = rec
+        del steps, weights
+        torch.cuda.empty_cache()
+    out["trace_args_example"] = {k: str(v)[:80] for k, v in ARG_KEYS.items()}
+    with open(OUT_JSON, "w") as f:
+        json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
