@@ -11,14 +11,25 @@ compressor stream ends after the main stream's work and the main stream waits fo
 main stream's kernels beside them. Nothing recorded says which.
 
 Per (model, M), the overlapped schedule of ``tools/region.py``, one process:
-1. Modes ``none``, ``torch``, ``routed``, ``routed_hi``, ``torch_hi`` captured SGLang's way, 3 rounds
-   interleaved (``timing.rotated_rounds``), 20 replays each; the median capture counts, as in ``bench
-   --region``. ``*_hi``: each fp32 GEMM launched from a stream of the highest priority torch gives (one
-   per side stream, so that the indexer's and the compressor's GEMMs stay on separate streams), joined back
-   at once. SGLang's streams all have the default priority, the lowest, so a high-priority launch is the
-   only direction a plugin can move; PyTorch instantiates graphs with
-   ``cudaGraphInstantiateFlagUseNodePriority``, so a kernel node keeps the priority of the stream it was
-   captured from. Every output checked against float64 after x got fresh values.
+0. Each fp32 shape's calls alone (routed and torch, graph replay), and the rate of ``torch.cuda._sleep``'s
+   one-thread spin kernel.
+1. Modes captured SGLang's way, 3 rounds interleaved (``timing.rotated_rounds``), 20 replays each; the
+   median capture counts, as in ``bench --region``:
+   - ``none``, ``torch``, ``routed``;
+   - ``routed_hi``, ``torch_hi``: each fp32 GEMM launched from a stream of the highest priority torch gives
+     (one per side stream, so that the indexer's and the compressor's GEMMs stay on separate streams),
+     joined back at once. SGLang's streams all have the default priority, the lowest, so a high-priority
+     launch is the only direction a plugin can move; PyTorch instantiates graphs with
+     ``cudaGraphInstantiateFlagUseNodePriority``, so a kernel node keeps the priority of the stream it was
+     captured from;
+   - ``spin_as_routed``: each fp32 GEMM replaced by a spin as long as the routed call alone (one thread: no
+     bandwidth, no SMs to speak of). What it adds is what the GEMMs' latency costs on their streams; routed
+     less that is what their reads cost the other streams' kernels;
+   - ``routed+spin2``: routed, then a 2 us spin on the same stream after each fp32 GEMM: near 2 us a call
+     added if the compressor/indexer streams are on the critical path, near 0 if they have slack;
+   - at M <= 4 with ``DOT_MODES=1``: every fp32 GEMM on one cutedsl-dot form, uncapped (``dot``) and with
+     its CTAs capped (``dot_g132``, ``dot_g264``).
+   Every output checked against float64 after x got fresh values.
 2. Then (CUPTI stays on in a process once started, and slows later timings by 5-7%, run 22c) one more
    capture of each mode, one replay profiled: every kernel's name, stream, start, duration and grid, written
    as ``OUT.trace_<model>_m<M>.json.gz`` for analysis on the CPU, and a summary here: the span, the kernels'
@@ -48,6 +59,7 @@ OUT_JSON = sys.argv[1]
 CASES = [(c.split(":")[0], int(c.split(":")[1])) for c in (sys.argv[2] if len(sys.argv) > 2 else
                                                            "pro:1,pro:8,flash:1").split(",")]
 ROUNDS, REPLAYS = 3, 20
+KEPT: list = []
 #: The args of the first kernel event of each trace (the last one seen wins), as written to OUT.json.
 ARG_KEYS: dict = {}
 dev = torch.device("cuda")
@@ -93,6 +105,7 @@ def priority_check(hp: HighPriority) -> dict:
 
         a = torch.randn(4096, device=dev)
         g = torch.cuda.CUDAGraph(keep_graph=True)
+        KEPT.append(g)  # never freed before exit (run 22c: a kept graph freed mid-run tripped an allocator assert)
         with torch.cuda.graph(g, stream=cap):
             b = a * 2
             hi.wait_stream(cap)
@@ -155,6 +168,28 @@ def dot_modes(spec, m: int, shapes, kernels: dict) -> dict:
     return out
 
 
+#: Cycles of ``torch.cuda._sleep`` timed to find its rate (one thread spinning on the SM clock).
+SPIN_CALIBRATION = 20000
+
+
+def spin(cycles: int):
+    """An fp32 GEMM replaced by a spin of one thread for ``cycles`` (``torch.cuda._sleep``): the GEMM's time on its
+    stream without its reads (its consumer reads the placeholder: the fn gives None)."""
+    def fn(x, w):
+        torch.cuda._sleep(cycles)
+        return None
+    return fn
+
+
+def then_spin(f, cycles: int):
+    """``f``, then a spin of ``cycles`` on the same stream: how much a longer chain on that stream costs the step."""
+    def fn(x, w):
+        out = f(x, w)
+        torch.cuda._sleep(cycles)
+        return out
+    return fn
+
+
 def capture(timer, fn):
     """A graph of ``fn`` captured SGLang's way (the timer's shared stream and pool) after two eager runs, as
     ``CudaTimer.step`` captures; (graph, outputs)."""
@@ -191,7 +226,7 @@ def kernels_of(p) -> list:
     return ks
 
 
-def summary(ks: list, base_names: set, alone: dict) -> dict:
+def summary(ks: list, base_names: set) -> dict:
     if not ks:
         return {"kernels": 0}
     per_stream: dict = collections.defaultdict(float)
@@ -205,8 +240,7 @@ def summary(ks: list, base_names: set, alone: dict) -> dict:
             "busy_us": round(sum(k[3] for k in ks), 1), "streams": len(per_stream),
             "busy_per_stream_us": {str(s): round(v, 1) for s, v in sorted(per_stream.items(), key=lambda kv: -kv[1])},
             "fp32_kernels_in_step": {n: {"calls": len(v), "median_us": round(statistics.median(v), 2),
-                                         "sum_us": round(sum(v), 1)} for n, v in fp32.items()},
-            "fp32_alone_us": alone}
+                                         "sum_us": round(sum(v), 1)} for n, v in fp32.items()}}
 
 
 def main() -> None:
@@ -225,12 +259,28 @@ def main() -> None:
         x = exactness.random_bf16(m, spec.hidden, device=dev)
         shapes = region.fp32_shapes(spec)
         tm, rt = bench.torch_fn, bench.routed
+        # Each fp32 shape's calls alone (graph replay, the fast table's kernel as inside the region), and the
+        # spin kernel's rate, before anything else is timed.
+        alone = {}
+        for n, k in shapes:
+            ws = timer.weights(n, k, dev)
+            with region.layer_mark(region.plan(spec, "overlapped")[-1]):
+                alone[str(n)] = {"routed": round(timer.per_call(rt, x, ws, 15), 2),
+                                 "torch": round(timer.per_call(tm, x, ws, 15), 2)}
+            del ws
+        us_per_cycle = timer.per_call(spin(SPIN_CALIBRATION), x, [x], 15) / SPIN_CALIBRATION
+
+        def cycles(us: float) -> int:
+            return max(1, round(us / us_per_cycle))
+
         modes = {"none": None, "torch": {n: tm for n, _ in shapes}, "routed": {n: rt for n, _ in shapes},
-                 "routed_hi": {n: hp.wrap(rt) for n, _ in shapes}, "torch_hi": {n: hp.wrap(tm) for n, _ in shapes}}
+                 "routed_hi": {n: hp.wrap(rt) for n, _ in shapes}, "torch_hi": {n: hp.wrap(tm) for n, _ in shapes},
+                 "spin_as_routed": {n: spin(cycles(alone[str(n)]["routed"])) for n, _ in shapes},
+                 "routed+spin2": {n: then_spin(rt, cycles(2.0)) for n, _ in shapes}}
         modes.update(dot_modes(spec, m, shapes, rec_kernels := {}))
         steps = region.Steps(spec, region.plan(spec, "overlapped"), weights, x, streams)
         rec: dict = {"layers": spec.layers, "rounds_step_us": {k: [] for k in modes}, "rel_err": {}, "note": {},
-                     "kernels": rec_kernels}
+                     "kernels": rec_kernels, "alone_us": alone, "spin_us_per_kcycle": round(1e3 * us_per_cycle, 4)}
         times = rec["rounds_step_us"]
         for name in timing.rotated_rounds(times, ROUNDS):
             try:
@@ -241,7 +291,7 @@ def main() -> None:
                 steps.release()
                 continue
             times[name].append(round(t, 2))
-            if modes[name] is not None:
+            if outs:
                 worst = max((exactness.measure(o, exactness.reference(xo, w)).rel_err
                              for o, (xo, w) in zip(outs, steps.operands())), default=0.0)
                 rec["rel_err"][name] = max(worst, rec["rel_err"].get(name, 0.0))
@@ -253,13 +303,6 @@ def main() -> None:
         print(model, m, "added per layer", rec.get("add_per_layer_us"), "rel_err", rec["rel_err"], rec["note"],
               flush=True)
         # Profiles: after every timing above (CUPTI stays on).
-        alone = {}
-        for n, k in shapes:
-            ws = timer.weights(n, k, dev)
-            with region.layer_mark(region.plan(spec, "overlapped")[-1]):
-                alone[str(n)] = {"routed": round(timer.per_call(rt, x, ws, 15), 2),
-                                 "torch": round(timer.per_call(tm, x, ws, 15), 2)}
-            del ws
         traces, base_names = {}, set()
         for name in modes:
             try:
@@ -280,7 +323,7 @@ def main() -> None:
             if name == "none":
                 base_names = {k[0] for k in ks}
             traces[name] = ks
-            rec.setdefault("profile", {})[name] = summary(ks, base_names, alone if name != "none" else {})
+            rec.setdefault("profile", {})[name] = summary(ks, base_names)
             print(model, m, name, json.dumps(rec["profile"][name])[:900], flush=True)
         names = sorted({k[0] for ks in traces.values() for k in ks})
         idx = {n: i for i, n in enumerate(names)}
@@ -288,11 +331,11 @@ def main() -> None:
             json.dump({"names": names, "fields": ["name", "stream", "start_us", "dur_us", "grid"],
                        "modes": {k: [[idx[a], s, t, d, gr] for a, s, t, d, gr in v] for k, v in traces.items()}}, f)
         out["cases"][f"{model}:{m}"] = rec
+        out["trace_args_example"] = {k: str(v)[:80] for k, v in ARG_KEYS.items()}
+        with open(OUT_JSON, "w") as f:  # after each case: a timeout keeps the cases done
+            json.dump(out, f, indent=1)
         del steps, weights
         torch.cuda.empty_cache()
-    out["trace_args_example"] = {k: str(v)[:80] for k, v in ARG_KEYS.items()}
-    with open(OUT_JSON, "w") as f:
-        json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":
