@@ -129,16 +129,10 @@ class CudaTimer:
         del graph
         return us
 
-    def step(self, step: Callable[[], Sequence[torch.Tensor]], replays: int = 20,
-             before_capture: Optional[Callable[[], None]] = None, refresh: Optional[Callable[[], None]] = None):
-        """(median us per replay, the step's outputs after the last replay) for one graph of ``step``.
-
-        ``before_capture`` runs after the eager warm-up, just before capture (e.g. to reset counters
-        so that they count the captured calls alone). ``refresh`` runs after the timed replays and is
-        followed by one more replay: given new inputs, the outputs then show that every kernel ran in
-        the replays (a kernel launched outside the capture runs once, at capture time, and its output
-        stays right for as long as its inputs do not change).
-        """
+    def capture(self, step: Callable[[], Sequence[torch.Tensor]],
+                before_capture: Optional[Callable[[], None]] = None) -> tuple["torch.cuda.CUDAGraph", Sequence]:
+        """(graph, the step's outputs) of ``step`` captured as ``step()`` times it: two eager runs on the capture
+        stream (compiles, binds, workspaces), ``before_capture``, then the capture."""
         stream, pool = self._capture_on()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -151,6 +145,19 @@ class CudaTimer:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool, stream=stream):
             outs = step()
+        return graph, outs
+
+    def step(self, step: Callable[[], Sequence[torch.Tensor]], replays: int = 20,
+             before_capture: Optional[Callable[[], None]] = None, refresh: Optional[Callable[[], None]] = None):
+        """(median us per replay, the step's outputs after the last replay) for one graph of ``step``.
+
+        ``before_capture`` runs after the eager warm-up, just before capture (e.g. to reset counters
+        so that they count the captured calls alone). ``refresh`` runs after the timed replays and is
+        followed by one more replay: given new inputs, the outputs then show that every kernel ran in
+        the replays (a kernel launched outside the capture runs once, at capture time, and its output
+        stays right for as long as its inputs do not change).
+        """
+        graph, outs = self.capture(step, before_capture)
         us = _replay_median_us(graph, replays)
         if refresh is not None:
             refresh()

@@ -190,22 +190,6 @@ def then_spin(f, cycles: int):
     return fn
 
 
-def capture(timer, fn):
-    """A graph of ``fn`` captured SGLang's way (the timer's shared stream and pool) after two eager runs, as
-    ``CudaTimer.step`` captures; (graph, outputs)."""
-    stream, pool = timer._capture_on()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, pool=pool, stream=stream):
-        outs = fn()
-    return g, outs
-
-
 def kernels_of(p) -> list:
     """[(name, stream, start us, duration us, grid)] of one profiled replay, by start."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
@@ -306,7 +290,7 @@ def main() -> None:
         traces, base_names = {}, set()
         for name in modes:
             try:
-                g, _ = capture(timer, steps.of(modes[name]))
+                g, _ = timer.capture(steps.of(modes[name]))
                 for _ in range(3):
                     g.replay()
                 torch.cuda.synchronize()
