@@ -46,6 +46,7 @@ def report(d: pathlib.Path) -> str:
                          f"rel_err {rec.get('rel_err', {}).get(mode, '-')}")
         for k, v in rec.get("note", {}).items():
             lines.append(f"  note {k}: {v}")
+        lines.append(f"  routed (captured, in the region): {rec.get('routes')}")
         if rec.get("kernels"):
             lines.append(f"  dot forms: {rec['kernels']}")
         trace = d / f"overlap_why.trace_{model}_m{m}.json.gz"

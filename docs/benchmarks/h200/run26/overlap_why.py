@@ -253,6 +253,12 @@ def main() -> None:
                                  "torch": round(timer.per_call(tm, x, ws, 15), 2)}
             del ws
         us_per_cycle = timer.per_call(spin(SPIN_CALIBRATION), x, [x], 15) / SPIN_CALIBRATION
+        from sglang_fp32gemm import routing
+
+        with region.layer_mark(region.plan(spec, "overlapped")[-1]):  # what routed's captured calls run
+            routes = {str(n): "/".join(routing.get_router().describe_call(x, torch.empty(n, k, dtype=torch.bfloat16,
+                                                                                         device=dev), captured=True))
+                      for n, k in shapes}
 
         def cycles(us: float) -> int:
             return max(1, round(us / us_per_cycle))
@@ -264,7 +270,7 @@ def main() -> None:
         modes.update(dot_modes(spec, m, shapes, rec_kernels := {}))
         steps = region.Steps(spec, region.plan(spec, "overlapped"), weights, x, streams)
         rec: dict = {"layers": spec.layers, "rounds_step_us": {k: [] for k in modes}, "rel_err": {}, "note": {},
-                     "kernels": rec_kernels, "alone_us": alone, "spin_us_per_kcycle": round(1e3 * us_per_cycle, 4)}
+                     "kernels": rec_kernels, "routes": routes, "alone_us": alone, "spin_us_per_kcycle": round(1e3 * us_per_cycle, 4)}
         times = rec["rounds_step_us"]
         for name in timing.rotated_rounds(times, ROUNDS):
             try:
