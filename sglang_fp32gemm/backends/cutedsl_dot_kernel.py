@@ -64,9 +64,9 @@ class DotKernel:
         if const_expr(self.grid[0] == self.blocks):
             self.rows_of(x, w, out, bid * self.rows, self.reduction_buffer())
         else:
-            # ``_g``: with a cap that fits at once, every CTA is resident from the start and none queues, so that
-            # the kernels of SGLang's other streams need not wait behind a queue of ours (issue 15, overlapped
-            # region; whether they did is run 26's question).
+            # ``_g``: with a small cap every CTA is resident from the start, none queues, and the SMs keep room
+            # for the kernels of SGLang's other streams (issue 15, overlapped region; whether that helps is run
+            # 26's question).
             red = self.reduction_buffer()
             for blk in cutlass.range(bid, self.blocks, self.grid[0], unroll=1):
                 self.rows_of(x, w, out, blk * self.rows, red)

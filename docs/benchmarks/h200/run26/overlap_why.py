@@ -147,8 +147,9 @@ CAPS = (132, 264)
 def dot_modes(spec, m: int, shapes, kernels: dict) -> dict:
     """At M <= 4 (with DOT_MODES=1, set by overlap.sh once the ``_g`` forms passed their GPU tests): every fp32 GEMM
     on one cutedsl-dot form, uncapped (``dot``) and as ``_g<C>`` for each of ``CAPS`` (``dot_g<C>``): whether
-    a queue of the kernel's CTAs holds up the other streams' kernels (the ``_g`` forms launch no more CTAs than
-    can be resident at once). The form: 448 threads (V4-Pro; 256 where 448 does not tile K), one row a CTA."""
+    the plain form, filling every SM, holds up the other streams' kernels (the ``_g`` forms launch one or two
+    CTAs an SM, all resident at once). The form: 448 threads (V4-Pro; 256 where 448 does not tile K), one row
+    a CTA."""
     if m > 4 or os.environ.get("DOT_MODES") != "1":
         return {}
     from sglang_fp32gemm.backends import by_name
