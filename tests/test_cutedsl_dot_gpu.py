@@ -52,6 +52,8 @@ def test_candidates_are_exact_and_equal_their_order_reference(n, k):
                                        (DotConfig(1, 448, 1, True, False, False, 264), 512, 7168),
                                        (DotConfig(2, 448, 2, True, True, False, 100), 1024, 7168),  # a short last trip
                                        (DotConfig(4, 128, 1, False, True, False, 7), 512, 7168),
+                                       (DotConfig(1, 448, 4, True, False, False, 132), 2048, 7168),
+                                       (DotConfig(1, 128, 1, True, False, False, 264), 2560, 7168),
                                        (DotConfig(1, 256, 1, True, False, False, 132), 1024, 4096)])
 def test_capped_forms_are_exact_and_give_the_plain_forms_bits(cfg, n, k):
     # _g<C> (stop 39): C CTAs, each taking every C-th block of rows; every row of out written (NaN-poisoned),

@@ -41,6 +41,7 @@ Writes JSON to argv[1] (printed as it goes).
 """
 
 import collections
+import dataclasses
 import gzip
 import json
 import os
@@ -140,30 +141,33 @@ def priority_check(hp: HighPriority) -> dict:
     return rec
 
 
-#: The ``_g`` caps the dot modes try: one and two CTAs an SM on a 132-SM H100/H200.
-CAPS = (132, 264)
+#: The dot modes: (label, threads (0: 448, or 256 where 448 does not tile K), rows, cap): the plain form, then
+#: capped at one and two CTAs an SM on a 132-SM H100/H200, with four rows a trip (more W in flight a CTA), and
+#: with 128 threads (a Triton CTA's footprint).
+DOT_FORMS = (("dot", 0, 1, 0), ("dot_g132", 0, 1, 132), ("dot_g264", 0, 1, 264), ("dot_r4_g132", 0, 4, 132),
+             ("dot_t128_g264", 128, 1, 264))
 
 
 def dot_modes(spec, m: int, shapes, kernels: dict) -> dict:
     """At M <= 4 (with DOT_MODES=1, set by overlap.sh once the ``_g`` forms passed their GPU tests): every fp32 GEMM
-    on one cutedsl-dot form, uncapped (``dot``) and as ``_g<C>`` for each of ``CAPS`` (``dot_g<C>``): whether
-    the plain form, filling every SM, holds up the other streams' kernels (the ``_g`` forms launch one or two
-    CTAs an SM, all resident at once). The form: 448 threads (V4-Pro; 256 where 448 does not tile K), one row
-    a CTA."""
+    on one cutedsl-dot form of ``DOT_FORMS``, uncapped (``dot``) and capped: whether the plain form, filling
+    every SM, holds up the other streams' kernels (the ``_g`` forms launch one or two CTAs an SM, all resident
+    at once)."""
     if m > 4 or os.environ.get("DOT_MODES") != "1":
         return {}
     from sglang_fp32gemm.backends import by_name
     from sglang_fp32gemm.backends.cutedsl_dot import DotConfig
 
     be = by_name("cutedsl-dot")
-    threads = 448 if spec.hidden % (8 * 448) == 0 else 256
     out = {}
-    for cap in (0,) + CAPS:
-        cfg = DotConfig(m, threads, 1, True, m > 1, False, cap)
-        label = f"dot_g{cap}" if cap else "dot"
+    for label, threads, rows, cap in DOT_FORMS:
+        threads = threads or (448 if spec.hidden % (8 * 448) == 0 else 256)
+        cfg = DotConfig(m, threads, rows, True, m > 1, False, cap)
+        # Where the cap caps nothing (no more blocks than it), the plain form: the same launch.
+        per_n = {n: cfg if cfg.check_shape(m, n, k)[0] else dataclasses.replace(cfg, ctas_cap=0) for n, k in shapes}
         try:
-            out[label] = {n: be.bind(cfg, dev, n, k) for n, k in shapes}
-            kernels[label] = cfg.name
+            out[label] = {n: be.bind(per_n[n], dev, n, k) for n, k in shapes}
+            kernels[label] = {str(n): c.name for n, c in per_n.items()}
         except Exception as e:  # a form that does not bind is a note, not the end of the run
             kernels[label] = f"{cfg.name}: {type(e).__name__}: {str(e)[:200]}"
     return out
