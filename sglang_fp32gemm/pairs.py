@@ -64,7 +64,14 @@ class PairBinder:
 
 def not_taken(backend: Backend, cfg: Any, m: int, widths: tuple[int, ...], k: int) -> Optional[tuple[int, str]]:
     """The first of ``widths`` that ``backend``'s form ``cfg`` does not take at M, and why; None where it takes them
-    all (a pair form is the single form's tiles over each weight, so it needs both)."""
+    all (a pair form is the single form's tiles over each weight, so it needs both). A backend's ``parse_pair``
+    (the pair table's rule at start-up) refuses forms its pair kernel does not have."""
+    parse_pair = getattr(backend, "parse_pair", None)
+    if parse_pair is not None:
+        try:
+            parse_pair(backend.kernel_name(cfg))
+        except ValueError as e:
+            return widths[0], str(e)
     for width in widths:
         ok, why = backend.supports(cfg, m, width, k)
         if not ok:

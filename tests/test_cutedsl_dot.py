@@ -84,8 +84,8 @@ def test_shape_rules(cfg, m, n, k, ok):
 
 
 def test_a_capped_form_launches_its_cap_and_only_single_calls_take_it():
-    """``_g<C>``: C CTAs (what the tuner reads); the pair table refuses it at start-up, naming the form, and
-    ``bind_pair`` refuses it before compiling. Not offered by ``candidates`` (run 26 times it first)."""
+    """``_g<C>``: C CTAs (what the tuner reads); the pair table refuses it at start-up, naming the form,
+    ``bind_pair`` before compiling, and the pair tuner does not offer it (``pairs.not_taken``)."""
     cfg = DotConfig.parse("cutedsl_dot_m1_t448_r1_pdl_g264")
     assert cfg.ctas(2048) == 264 and DotConfig.parse("cutedsl_dot_m1_t448_r1_pdl").ctas(2048) == 2048
     for parse in parsers(default_backends())["cutedsl"]:
@@ -97,7 +97,29 @@ def test_a_capped_form_launches_its_cap_and_only_single_calls_take_it():
             parse(cfg.name)
     with pytest.raises(ValueError, match="a pair form takes no _g cap"):
         CuteDSLDotBackend().bind_pair(cfg, torch.device("cpu"), 512, 2048, 7168)
-    assert not any(c.ctas_cap for m in (1, 2, 4) for c in CuteDSLDotBackend().candidates(m, 2048, 7168))
+    from sglang_fp32gemm.tools.tuner import PairForm
+
+    pair = PairForm(CuteDSLDotBackend(), 512, 2048)
+    assert pair.supports(cfg, 1, 2560, 7168) == (False, "N=512: kernelName 'cutedsl_dot_m1_t448_r1_pdl_g264': "
+                                                        "a pair form takes no _g cap")
+    offered = pair.candidates(1, 2560, 7168)
+    assert offered and not any(c.ctas_cap for c in offered)
+
+
+def test_the_capped_candidates_are_few_light_and_take_the_shape():
+    """A few ``_g`` forms a shape (the region rank's lightest launches): caps 132 and 264 of the smallest (>= 128)
+    and largest (<= 512) thread count that tiles K, at rows 1 and 4, ``_bx`` from M=2; only where the cap caps."""
+    b = CuteDSLDotBackend()
+    for k, threads in ((7168, {128, 448}), (4096, {128, 512}), (5120, {128, 320})):
+        for m in (1, 2, 4):
+            capped = [c for c in b.candidates(m, 2048, k) if c.ctas_cap]
+            assert {c.threads for c in capped} == threads, (k, m)
+            assert {(c.rows, c.ctas_cap) for c in capped} <= {(1, 132), (1, 264), (4, 132), (4, 264)}
+            for c in capped:
+                assert c.branchless_x == (m > 1) and not c.min_blocks and c.ctas(2048) == c.ctas_cap
+                assert b.supports(c, m, 2048, k)[0]
+    # N=512 at rows 4 is 128 blocks: neither cap caps anything there.
+    assert not [c for c in b.candidates(1, 512, 7168) if c.ctas_cap and c.rows == 4]
 
 
 def test_candidates_only_at_m_1_2_4_and_every_one_takes_the_shape():
@@ -138,7 +160,8 @@ for n, k in ((512, 7168), (1024, 7168), (2048, 7168), (2560, 7168), (1024, 4096)
         for c in b.candidates(m, n, k):
             if (c, n, k) not in seen:
                 seen.add((c, n, k))
-                if math.prod(DotKernel(n, k, c.threads, c.rows, c.max_m, c.pdl, cutedsl_dot.VEC).grid) != c.ctas(n):
+                kern = DotKernel(n, k, c.threads, c.rows, c.max_m, c.pdl, cutedsl_dot.VEC, ctas_cap=c.ctas_cap)
+                if math.prod(kern.grid) != c.ctas(n):
                     bad.append((c.name, n, k))
 print(len(seen), len(bad), bad[:5])
 """

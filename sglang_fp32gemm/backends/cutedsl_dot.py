@@ -21,6 +21,8 @@ from sglang_fp32gemm.backends.cutedsl_tvm import VEC, TvmFfiBackend, check_w, co
 
 MAX_M = 4                 # the dot product wins only at the smallest M (issue 15)
 ROWS = (1, 2, 4)
+#: The ``_g`` caps ``candidates`` offers: one and two CTAs an SM of a 132-SM H100/H200.
+CAPS = (132, 264)
 _FORM = "cutedsl_dot_m<MAX_M>_t<THREADS>_r<ROWS>[_pdl][_bx][_mb1][_g<CTAS>]"
 _NAME_RE = re.compile(r"^cutedsl_dot_m(?P<m>\d+)_t(?P<t>\d+)_r(?P<r>\d+)(?P<pdl>_pdl)?(?P<bx>_bx)?(?P<mb1>_mb1)?"
                       r"(?:_g(?P<g>[1-9]\d*))?$")
@@ -160,7 +162,10 @@ class CuteDSLDotBackend(TvmFfiBackend):
         """At M 1, 2 and 4 (aiter's lookup gives each its own row): every thread count from 64 to 1024
         that divides K into whole 16-byte slots (K=7168: 64, 128, 224, 448, 896) and row count that
         tiles the shape, with PDL on sm90 and later; at M=1 each also as ``_mb1``, at M 2 and 4 each also
-        as ``_bx`` and ``_bx_mb1`` (the plain form stays there, to compare)."""
+        as ``_bx`` and ``_bx_mb1`` (the plain form stays there, to compare). Then a few ``_g`` forms, each
+        ``CAPS`` cap of the smallest (>= 128) and largest (<= 512) thread count that tiles K at rows 1 and 4
+        (``_bx`` at M 2 and 4): launches light enough to leave room beside SGLang's other streams, which the
+        region rank offers as its lightest (``Tuner.lightest``)."""
         if m not in (1, 2, 4):
             return []
         pdl = sm90_or_later()
@@ -170,6 +175,13 @@ class CuteDSLDotBackend(TvmFfiBackend):
                 for bx, mb1 in (((False, False), (True, False), (True, True)) if m > 1
                                 else ((False, False), (False, True))):
                     cfg = DotConfig(m, threads, rows, pdl, bx, mb1)
+                    if cfg.check_shape(m, n, k)[0]:
+                        out.append(cfg)
+        tiling = [t for t in range(128, 513, 32) if k % (8 * t) == 0]
+        for threads in sorted({tiling[0], tiling[-1]}) if tiling else []:
+            for rows in (1, 4):
+                for cap in CAPS:
+                    cfg = DotConfig(m, threads, rows, pdl, m > 1, False, cap)
                     if cfg.check_shape(m, n, k)[0]:
                         out.append(cfg)
         return out

@@ -1,5 +1,6 @@
 """The fastest exact candidate of each kernel family per (M, N, phase) in a tune log (run 25's device scripts):
-families are the dot kernel's plain, ``_bx``, ``_mb1`` and ``_bx_mb1`` forms and every other backend by its name's prefix.
+families are the dot kernel's plain, ``_bx``, ``_mb1`` and ``_bx_mb1`` forms (each capped, ``_g``, its own family) and
+every other backend by its name's prefix.
 
     python3 docs/benchmarks/h200/run25/best_forms.py TUNE_LOG.jsonl.gz
 """
@@ -11,7 +12,8 @@ import sys
 def family(kernel: str) -> str:
     if kernel.startswith("cutedsl_dot"):
         parts = kernel.split("_")
-        return "dot" + "".join("_" + s for s in ("bx", "mb1") if s in parts)
+        capped = any(p[:1] == "g" and p[1:].isdigit() for p in parts)  # _g<CTAS> (stop 39)
+        return "dot" + "".join("_" + s for s in ("bx", "mb1") if s in parts) + ("_g" if capped else "")
     return kernel.split("_")[0]
 
 
