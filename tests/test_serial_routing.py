@@ -273,6 +273,28 @@ def test_the_packaged_pair_rows_route_both_models_at_m_1_to_16(monkeypatch):
     assert "M=2        triton triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s4 pair 512+2048 (row configs/sm90_pair.csv:3)" in text
 
 
+def test_a_pair_row_naming_a_capped_dot_form_stops_the_start_up_naming_its_line(tmp_path):
+    """The dot kernel's ``_g`` forms have no pair form (stop 39): a pair file naming one is a bad configuration,
+    one line naming the file, the line and why, while the same name in a fast file loads."""
+    from sglang_fp32gemm.backends import default_backends, parsers
+    from sglang_fp32gemm.errors import ConfigError
+
+    name = "cutedsl_dot_m1_t448_r1_pdl_g132"
+    backends = default_backends()
+    for suffix, ok in (("_pair", False), ("", True)):
+        path = tmp_path / f"mine{suffix}.csv"
+        shape = (1, 2560, 7168, name) if suffix else (1, 2048, 7168, name)
+        path.write_text(rows_csv([shape], libtype="cutedsl", gfx="sm90", cu_num=132))
+        env = {"SGLANG_ENABLE_FLYDSL_FP32_GEMM": "1", "SGLANG_FLYDSL_FP32_GEMM_CONFIG": str(path)}
+        if ok:
+            config_mod.load(env, parsers=parsers(backends), pair_parsers=parsers(backends, pair=True))
+            continue
+        with pytest.raises(ConfigError) as e:
+            config_mod.load(env, parsers=parsers(backends), pair_parsers=parsers(backends, pair=True))
+        assert f"{path}:2" in str(e.value) and "a pair form takes no _g cap" in str(e.value), str(e.value)
+        assert "\n" not in str(e.value)
+
+
 def test_explain_with_a_pair_file_shows_its_pair_routes(tmp_path, monkeypatch):
     """A pair file: explain names it and, for V4-Pro's ratio-4 pair, the pair kernel at the M its row serves
     (aiter's lookup: the M=2 row serves M=2 alone) and each call its own route elsewhere. An sm90 device
