@@ -189,8 +189,7 @@ class CuteDSLDotBackend(TvmFfiBackend):
     def bind_pair(self, cfg: DotConfig, device: torch.device, n: int, n2: int, k: int) -> PairFn:
         """``fn(x, w, w2)``: two GEMMs on the same x in one launch (``DotPairKernel``), each output the bits of
         this form's own call. Both widths must take the form (``check_shape``); a ``_g`` form is refused."""
-        if cfg.ctas_cap:
-            raise ValueError(f"{cfg.name}: a pair form takes no _g cap (its kernel launches a CTA a block)")
+        self.parse_pair(cfg.name)  # the pair table's rule: no _g (its kernel launches a CTA a block)
         device = bind_device(cfg, device, k, n, n2, cuda_only=True)
         with torch.cuda.device(device):
             f = compile_pair(cfg, n, n2, k)
