@@ -150,8 +150,8 @@ DOT_FORMS = (("dot", 0, 1, 0), ("dot_g132", 0, 1, 132), ("dot_g264", 0, 1, 264),
 
 def dot_modes(spec, m: int, shapes, kernels: dict) -> dict:
     """At M <= 4 (with DOT_MODES=1, set by overlap.sh once the ``_g`` forms passed their GPU tests): every fp32 GEMM
-    on one cutedsl-dot form of ``DOT_FORMS``, uncapped (``dot``) and capped: whether the plain form (the whole
-    weight in flight at once) holds up the other streams' kernels (the ``_g`` forms launch one or two CTAs an
+    on one cutedsl-dot form of ``DOT_FORMS``, uncapped (``dot``) and capped: whether the plain form (a wave's whole share of W
+    in flight at once) holds up the other streams' kernels (the ``_g`` forms launch one or two CTAs an
     SM, all resident at once, with 1.9-7.6 MB of W in flight)."""
     if m > 4 or os.environ.get("DOT_MODES") != "1":
         return {}
