@@ -27,7 +27,8 @@ from sglang_fp32gemm.backends.cutedsl_warp import CuteDSLWarpBackend
 @pytest.mark.parametrize("cfg", [DotConfig(1, 128, 2, True), DotConfig(4, 64, 1), DotConfig(2, 256, 4, False),
                                  DotConfig(2, 448, 1, True, True), DotConfig(4, 128, 2, False, True),
                                  DotConfig(1, 224, 1, True, False, True), DotConfig(2, 64, 2, True, True, True),
-                                 DotConfig(1, 448, 1, True, False, False, 264), DotConfig(2, 128, 2, False, True, True, 7)])
+                                 DotConfig(1, 448, 1, True, False, False, 264),
+                                 DotConfig(2, 128, 2, False, True, True, 7)])
 def test_names_round_trip(cfg):
     assert DotConfig.parse(cfg.name) == cfg
     assert CuteDSLDotBackend().kernel_name(cfg) == cfg.name

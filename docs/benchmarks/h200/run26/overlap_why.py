@@ -150,8 +150,8 @@ DOT_FORMS = (("dot", 0, 1, 0), ("dot_g132", 0, 1, 132), ("dot_g264", 0, 1, 264),
 
 def dot_modes(spec, m: int, shapes, kernels: dict) -> dict:
     """At M <= 4 (with DOT_MODES=1, set by overlap.sh once the ``_g`` forms passed their GPU tests): every fp32 GEMM
-    on one cutedsl-dot form of ``DOT_FORMS``, uncapped (``dot``) and capped: whether the plain form (a wave's whole share of W
-    in flight at once) holds up the other streams' kernels (the ``_g`` forms launch one or two CTAs an
+    on one cutedsl-dot form of ``DOT_FORMS``, uncapped (``dot``) and capped: whether the plain form (a wave's
+    whole share of W in flight at once) holds up the other streams' kernels (the ``_g`` forms launch one or two CTAs an
     SM, all resident at once, with 1.9-7.6 MB of W in flight)."""
     if m > 4 or os.environ.get("DOT_MODES") != "1":
         return {}
@@ -275,7 +275,8 @@ def main() -> None:
         modes.update(dot_modes(spec, m, shapes, rec_kernels := {}))
         steps = region.Steps(spec, region.plan(spec, "overlapped"), weights, x, streams)
         rec: dict = {"layers": spec.layers, "rounds_step_us": {k: [] for k in modes}, "rel_err": {}, "note": {},
-                     "kernels": rec_kernels, "routes": routes, "alone_us": alone, "spin_us_per_kcycle": round(1e3 * us_per_cycle, 4)}
+                     "kernels": rec_kernels, "routes": routes, "alone_us": alone,
+                     "spin_us_per_kcycle": round(1e3 * us_per_cycle, 4)}
         times = rec["rounds_step_us"]
         for name in timing.rotated_rounds(times, ROUNDS):
             try:
