@@ -30,9 +30,17 @@ def test_out_keeps_what_device_scripts_read_and_back_restores_the_tree(tmp_path)
     left = {p.relative_to(clone) for p in h200.rglob("*") if p.is_file()}
     moved = before - left
     kept = (".jsonl.gz", ".csv", ".sh", ".py")
-    assert moved and all(not p.name.endswith(kept) for p in moved)
+    logs = {p for p in moved if p.name.endswith(".jsonl.gz")}
+    assert moved and all(not p.name.endswith(kept) for p in moved - logs)
     assert all(p.name.endswith(kept) for p in left)  # every report goes, the newest runs' too
     assert (h200 / "tune_log.jsonl.gz").exists() and (h200 / "run18/sm90_run17_rows.csv").exists()
+    # A tune log stays where a tracked script names its path under h200 (the device scripts' --tune-log).
+    assert (h200 / "run16/tune_log_serial_16b.jsonl.gz").exists() and (h200 / "run17/tune_log_17b.jsonl.gz").exists()
+    scripts = "".join(p.read_text() for p in clone.rglob("*") if p.suffix in (".sh", ".py") and ".git" not in p.parts
+                      and p.is_file())
+    h200_rel = "docs/benchmarks/h200/"
+    assert logs and not any(str(p)[len(h200_rel):] in scripts for p in logs)
+    assert all(str(p)[len(h200_rel):] in scripts for p in left if p.name.endswith(".jsonl.gz"))
     assert not any(p.exists() for p in prose)  # the Markdown under docs/ is out too
     again = _run("bash", "scripts/device_room.sh", "out", cwd=clone, DEVICE_ROOM=str(room))
     assert again.returncode == 1 and "already out" in again.stderr
