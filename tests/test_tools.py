@@ -1308,3 +1308,15 @@ def test_versions_say_whether_the_tree_differs_from_its_git_head(tmp_path, monke
     (tmp_path / "a.txt").write_text("2\n")  # as a copied tree over an older .git
     (tmp_path / "new.txt").write_text("untracked files are not counted\n")
     assert common.versions()["git_tracked_changes"] == 1
+
+
+def test_the_cuda_timers_methods_are_not_shadowed_by_its_attributes():
+    """Stop 39 named a method ``capture``, which ``__init__``'s ``self.capture`` (the capture way) hid: every
+    ``step`` raised on the GPU. Built without a GPU, each public method must still be a method."""
+    from sglang_fp32gemm.tools import timing
+
+    for way in timing.CAPTURES:
+        t = timing.CudaTimer(way)
+        for name, member in vars(timing.CudaTimer).items():
+            if callable(member) and not name.startswith("__"):
+                assert callable(getattr(t, name)), name

@@ -129,7 +129,7 @@ class CudaTimer:
         del graph
         return us
 
-    def capture(self, step: Callable[[], Sequence[torch.Tensor]],
+    def graph_of(self, step: Callable[[], Sequence[torch.Tensor]],
                 before_capture: Optional[Callable[[], None]] = None) -> tuple["torch.cuda.CUDAGraph", Sequence]:
         """(graph, the step's outputs) of ``step`` captured as ``step()`` times it: two eager runs on the capture
         stream (compiles, binds, workspaces), ``before_capture``, then the capture."""
@@ -157,7 +157,7 @@ class CudaTimer:
         the replays (a kernel launched outside the capture runs once, at capture time, and its output
         stays right for as long as its inputs do not change).
         """
-        graph, outs = self.capture(step, before_capture)
+        graph, outs = self.graph_of(step, before_capture)
         us = _replay_median_us(graph, replays)
         if refresh is not None:
             refresh()

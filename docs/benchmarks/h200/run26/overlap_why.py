@@ -302,7 +302,7 @@ def main() -> None:
         traces, base_names = {}, set()
         for name in modes:
             try:
-                g, _ = timer.capture(steps.of(modes[name]))
+                g, _ = timer.graph_of(steps.of(modes[name]))
                 for _ in range(3):
                     g.replay()
                 torch.cuda.synchronize()
