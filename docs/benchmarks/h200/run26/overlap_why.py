@@ -232,9 +232,22 @@ def summary(ks: list, base_names: set) -> dict:
                                          "sum_us": round(sum(v), 1)} for n, v in fp32.items()}}
 
 
+def pin_pool(timer) -> None:
+    """Keep one graph captured into the timer's shared pool for the whole process, as SGLang's graph runner keeps
+    its graphs. Run 26b (H100): a pool whose graphs were all gone while one of its blocks lived on (a per-stream
+    workspace first allocated inside a capture, on a high-priority stream) failed the next capture's
+    ``use_count > 0`` assert in PyTorch's allocator, and every capture after it."""
+    stream, pool = timer._capture_on()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, pool=pool, stream=stream):
+        torch.ones(1, device=dev).add_(1)
+    KEPT.append(g)
+
+
 def main() -> None:
     set_deterministic(False)  # the plugin enabled, its packaged tables
     timer = timing.CudaTimer("sglang")
+    pin_pool(timer)
     bench = Bench([], dev, timer, picks=None)
     hp = HighPriority()
     out: dict = {"versions": {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
