@@ -193,12 +193,13 @@ def test_a_users_fast_file_overrides_the_packaged_serial_rows_outside_the_region
 
 def test_explain_for_an_h200_shows_the_shipped_serial_rows():
     """Run 15's serial table: at M 1-2 outside the region V4-Pro's three GEMMs run the dot kernel or
-    Triton, where the fast table (ranked beside SGLang's side streams) has torch rows for N=512."""
+    Triton, where the fast table (ranked beside SGLang's side streams) has other rows for N=512: torch's until
+    run 26, Triton's split-K since (run 26e: it hides behind the other streams, the dot kernel does not)."""
     code, text = explain_mod.explain("sm90:132", max_m=4)
     assert code == 0, text
     block = text.split("N=512 K=7168 (V4-Pro indexer kv_score):")[1].split("  N=")[0]
     m1 = next(line for line in block.splitlines() if line.strip().startswith("M=1 "))
-    assert m1.strip().startswith("M=1        torch (row configs/sm90.csv:"), m1
+    assert m1.strip().startswith("M=1        triton triton_epoch_fp32_bm16_bn64_bk64_sk16_w4_s6 (row configs/sm90.csv:"), m1
     assert "; outside SGLang's multi-stream region: cutedsl-dot cutedsl_dot_m1_" in m1 and \
         "(row configs/sm90_serial.csv:" in m1, m1
 
