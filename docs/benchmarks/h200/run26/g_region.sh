@@ -9,7 +9,7 @@
 #       # ratio-4 layers' two GEMMs, where run 14b's dot forms added 84-99% of their time alone and torch's rows
 #       # stand); rows in $OUT/g_tune/sm90_26_region.csv (the fast table: the overlapped region's), then the best
 #       # of each family per shape from the tune log. G_BACKENDS names other backends (run 26f: cutedsl-mma too,
-#       # whose forms the shipped rows at N=1024 M 4-8 are).
+#       # whose forms the shipped rows at N=1024 M 4-8 are); G_K another K (4096: V4-Flash).
 #   bash docs/benchmarks/h200/run26/g_region.sh ab ROWS     # timeout_s 560: A = ROWS (copied into the repository)
 #       # laid over the packaged tables, B = the packaged tables; V4-Pro, overlapped, M in G_M, A B A B
 #       # (region_ab, 3 rounds a process). A row ships where A beats B in both pairs, every result exact and
@@ -23,7 +23,7 @@ case ${1:?tune or ab} in
     shift; ns=("$@"); [ ${#ns[@]} -gt 0 ] || ns=(2048 512)
     # shellcheck disable=SC2086
     timeout -k 10 540 python3 -m sglang_fp32gemm tune --rank region --backends ${G_BACKENDS:-cutedsl-dot triton} \
-      --m ${G_M:-1 2} --n "${ns[@]}" --k 7168 --budget-s 500 --out "$d/sm90_26_region.csv" \
+      --m ${G_M:-1 2} --n "${ns[@]}" --k ${G_K:-7168} --budget-s 500 --out "$d/sm90_26_region.csv" \
       --summary "$d/summary.json" --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
     echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 12 | cut -c1-220
     grep -v '^gfx' "$d/sm90_26_region.csv" | cut -d, -f3-5,11,14,15
