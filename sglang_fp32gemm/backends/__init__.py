@@ -44,7 +44,6 @@ def parsers(backends: dict[str, list[Backend]], pair: bool = False) -> dict[str,
     """libtype -> the parse functions that may accept its kernelNames (start-up validation); ``pair``: only
     the backends with a pair form (``bind_pair``: the pair table's rows), through ``parse_pair`` where a backend
     has one (forms its pair kernel does not take)."""
-    if not pair:
-        return {lib: fns for lib, bs in backends.items() if (fns := [b.parse for b in bs])}
     return {lib: fns for lib, bs in backends.items()
-            if (fns := [getattr(b, "parse_pair", b.parse) for b in bs if hasattr(b, "bind_pair")])}
+            if (fns := [getattr(b, "parse_pair", b.parse) if pair else b.parse
+                        for b in bs if not pair or hasattr(b, "bind_pair")])}
