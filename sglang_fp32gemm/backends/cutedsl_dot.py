@@ -45,8 +45,8 @@ class DotConfig:
     min_blocks: bool = False
     #: ``_g<C>``: C CTAs in all, each taking every C-th block of ``rows`` rows in turn, instead of a CTA a block
     #: (0: no cap). Made for SGLang's multi-stream region, where the plain forms (a wave's whole share of W in
-    #: flight at once) may hold up the other streams' kernels (docs/backends/cutedsl_dot.md; not yet
-    #: measured); the same sums, so the same bits.
+    #: flight at once) hold up the other streams' kernels more (docs/backends/cutedsl_dot.md; run 26, H100);
+    #: the same sums, so the same bits.
     ctas_cap: int = 0
 
     def __post_init__(self) -> None:

@@ -65,8 +65,7 @@ class DotKernel:
             self.rows_of(x, w, out, bid * self.rows, self.reduction_buffer())
         else:
             # ``_g``: with a small cap every CTA is resident from the start, none queues, and the SMs keep room
-            # for the kernels of SGLang's other streams (issue 15, overlapped region; whether that helps is run
-            # 26's question).
+            # for the kernels of SGLang's other streams (issue 15, overlapped region; run 26 measured it).
             red = self.reduction_buffer()
             for blk in cutlass.range(bid, self.blocks, self.grid[0], unroll=1):
                 self.rows_of(x, w, out, blk * self.rows, red)
