@@ -207,13 +207,15 @@ def test_explain_for_an_h200_names_the_eager_kernel_of_every_cutedsl_row():
     for line in cutedsl:
         assert re.search(r"; eager calls: (triton triton_epoch|triton-det triton_splitk)_fp32_", line), line
     # A Triton row's eager calls go elsewhere only where the eager table names a kernel faster alone (run 14:
-    # the dot kernel at M <= 2; run 18: the tensor-core kernel at M 3-16), never to a kernel with an expensive
-    # eager launch.
+    # the dot kernel at M <= 2; run 18: the tensor-core kernel at M 3-16; run 28: a region-ranked Triton row at
+    # M=16 N=2048 over the eager row that had served its torch row), never to a kernel with an expensive eager
+    # launch.
     triton_rows = [line for line in text.splitlines() if " triton triton" in line.split(";")[0]]
     redirected = [line for line in triton_rows if "eager calls" in line]
     assert triton_rows and len(redirected) < len(triton_rows)
     for line in redirected:
-        assert re.search(r"; eager calls: (cutedsl-dot cutedsl_dot|cutedsl-mma cutedsl_mma|triton triton_epoch)_\S+ "
+        assert re.search(r"; eager calls: (cutedsl-dot cutedsl_dot|cutedsl-mma cutedsl_mma|triton triton_epoch"
+                         r"|triton-det triton_splitk)_\S+ "
                          r"\(row configs/sm90_eager.csv:\d+\)$", line), line
     # The region-ranked torch rows of V4-Pro's indexer GEMM: eager calls take the eager table's kernel.
     block = text.split("N=512 K=7168 (V4-Pro indexer kv_score):")[1].split("  N=")[0]
