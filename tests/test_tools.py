@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from sglang_fp32gemm.backends.base import OK, Backend
-from sglang_fp32gemm.table import DeviceKey, TunedRow, format_rows, m_candidates, parse_csv
+from sglang_fp32gemm.table import DeviceKey, TunedRow, TunedTable, format_rows, m_candidates, parse_csv
 from sglang_fp32gemm import exactness
 from sglang_fp32gemm.tools import (bench, buckets, cli, common, picks, region, stopping, targets, timing, tune,
                                     tune_rows, tuner)
@@ -681,6 +681,73 @@ def test_tune_rank_serial_writes_only_the_serial_table_and_pins_no_unreached_m(t
                tune_rows.ShapeResult(8, 32, 64, 2.0, [8], win, None)]
     assert [r.M for r in tune_rows.build_rows(reached, KEY, [1, 8, 16], 0.02, False)] == [1, 8, 16]
     assert [r.M for r in tune_rows.build_rows(reached, KEY, [1, 8, 16], 0.02, False, pin_unreached=False)] == [1, 8]
+
+
+def test_the_shipped_rows_kernel_is_always_a_finalist_so_a_new_row_must_beat_it_in_the_rank(tmp_path):
+    """Ranked in the chain with top=1, the finalists are plain_a (fastest alone) and nothing else, and it adds
+    9 us there; the shipped row's kernel (plain_b, 4.5 in the chain) is a finalist too and keeps its row."""
+    f = CostedFakes()
+    log = common.JsonLog(str(tmp_path / "log.jsonl"))
+    t = tuner.Tuner([f.backend], torch.device("cpu"), f.timer, log, top=1, rank="chain", torch_fn=f.torch_fn)
+    cands = tuner.gather_candidates([f.backend], 8, 32, 64, [8], {}, log)
+    alone = t.shape(8, 32, 64, [8], cands)
+    assert (alone.fast.kernel, alone.fast.us, alone.shipped, alone.shipped_us) == ("plain_a", 9.0, None, None)
+    plain_b = next(c for c in cands if c.kernel == "plain_b")
+    # offered apart from the candidates (another backend's, or past --max-per-backend): screened, then ranked
+    r = t.shape(8, 32, 64, [8], [c for c in cands if c is not plain_b], plain_b)
+    assert (r.fast.kernel, r.fast.us, r.shipped, r.shipped_us) == ("plain_b", 4.5, "fast:plain_b", 4.5)
+
+
+def test_tune_times_the_shipped_kernel_of_each_shape_whichever_backend_serves_it(tmp_path, capsys):
+    """--backends fast leaves det out, but the shipped table's row at M=8 N=32 names det's det_a: it is timed
+    beside fast's candidates (6 us alone; fast's plain_a, 4 us, wins). A row naming a kernel no backend
+    parses is logged; a torch row adds nothing (torch is always timed). --no-vs-shipped times none of them."""
+    fast, det, _ = fakes()
+
+    def row(n, libtype, name):
+        return TunedRow("sm90", 132, 8, n, 64, False, "torch.bfloat16", "torch.float32", False, False, libtype,
+                        0, 0, 1.0, name, 0.0, 0.0, 0.0)
+
+    shipped = TunedTable([("shipped.csv", parse_csv(format_rows(
+        [row(32, "triton", "det_a"), row(64, "triton", "no_such_kernel"), row(96, "torch", "")]), "shipped.csv"))])
+    for vs in (True, False):
+        args = tune_args(tmp_path, m=[8], n=[32, 64, 96], k=[64], backends=["fast"], vs_shipped=vs)
+        assert tune.run(args, backends=[fast, det], device=torch.device("cpu"), timer=FakeTimer(10.0),
+                        shipped=shipped if vs else None) == 0
+        recs = {r["N"]: r for r in json.load(open(args.summary))["shapes"]}
+        assert [recs[n]["fast"]["kernel"] for n in (32, 64, 96)] == ["plain_a"] * 3
+        out = capsys.readouterr().out
+        lines = log_lines(args.log)
+        if vs:
+            assert recs[32]["shipped"] == {"kernel": "det:det_a", "us": 6.0}
+            assert "shipped" not in recs[64] and "shipped" not in recs[96]
+            assert "| shipped det:det_a 6.00" in out
+            assert [(x["N"], x["kernel"]) for x in lines if x.get("event") == "shipped"] == [(64, "no_such_kernel")]
+        else:
+            assert all("shipped" not in x for x in recs.values()) and "| shipped" not in out
+            assert not any(x.get("kernel") == "det_a" for x in lines)
+
+
+def test_every_packaged_sm90_row_resolves_to_a_candidate_of_the_backend_that_serves_it(tmp_path):
+    """What the tune times as the shipped row: each kernel of the packaged sm90 fast, serial (over fast) and
+    pair tables parses back to itself in one of the real backends and serves every M its row serves."""
+    from sglang_fp32gemm import backends as registry
+    from sglang_fp32gemm.table import TunedTables
+
+    every, tables = registry.all_backends(), TunedTables.load()
+    log = common.JsonLog(str(tmp_path / "log.jsonl"))
+    resolved = 0
+    for table, pair in ((tables.fast, False), (tables.outside, False), (tables.pair, True)):
+        rows = [r for r in table.rows() if r.gfx == "sm90"]
+        for r in rows:
+            if r.libtype == "torch":
+                continue
+            bucket = buckets.grid_buckets([x.M for x in rows if (x.N, x.K) == (r.N, r.K)])[r.M]
+            pool = tuner.pair_forms(every, *region.pair_widths(region.pair_spec_for(r.N, r.K))) if pair else every
+            c = tuner.shipped_candidate(r, pool, r.M, r.N, r.K, bucket, log)
+            assert c is not None and c.kernel == r.kernelName, (r.source, r.kernelName)
+            resolved += 1
+    assert resolved > 100 and not log_lines(tmp_path / "log.jsonl")
 
 
 def test_tuner_writes_a_torch_row_where_torch_wins(tmp_path):

@@ -61,6 +61,14 @@ names the kernel whose pair form won, where it beats torch's two calls by
 --min-gain; whether it also beats the serial table's two kernels is for
 `bench --region` (its routed+pair column) to say before a pair table ships.
 
+The shipped row: where the packaged table the tune writes (the fast table; with
+--rank serial the serial table over it; with --pair the pair table) routes a
+shape to a kernel, that kernel is screened with the candidates and is always a
+finalist, whichever available backend serves it (--backends and
+--max-per-backend do not drop it), so a new row must beat the shipped one in
+the same rank; its time is in the log (event ``shape``, ``shipped``) and on the
+shape's line. --no-vs-shipped leaves it out.
+
 Budget: --budget-s stops cleanly between candidates, keeps every finished
 shape and writes the tables; they are also rewritten after every shape, so a
 run killed from outside keeps what it finished; SIGTERM (``timeout``) stops
@@ -81,7 +89,7 @@ from typing import Optional
 import torch
 
 from sglang_fp32gemm import backends as backend_registry
-from sglang_fp32gemm.table import TunedRow, device_key, format_rows
+from sglang_fp32gemm.table import TunedRow, TunedTable, TunedTables, device_key, format_rows
 from sglang_fp32gemm.tools import common, region, timing
 from sglang_fp32gemm.tools.buckets import grid_buckets, shape_order
 from sglang_fp32gemm.tools.cli import Parser, add_capture, positive_int
@@ -90,7 +98,7 @@ from sglang_fp32gemm.tools.progress import Progress
 from sglang_fp32gemm.tools.stopping import Budget, Stop
 from sglang_fp32gemm.tools.tune_rows import (ShapeResult, build_eager_rows, build_rows, cutedsl_compiles,
                                               eager_row, wins)
-from sglang_fp32gemm.tools.tuner import RANKS, Tuner, gather_candidates, pair_forms, parse_caps
+from sglang_fp32gemm.tools.tuner import RANKS, Tuner, gather_candidates, pair_forms, parse_caps, shipped_candidate
 
 M_DEFAULT = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)
 K_DEFAULT = (common.K_PRO, common.K_FLASH)
@@ -110,7 +118,19 @@ def usable_backends(backends: list, log: common.JsonLog) -> list:
     return usable
 
 
-def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, timer=None) -> int:
+def shipped_table(args: argparse.Namespace) -> TunedTable:
+    """The packaged table whose rows the tune would replace: the pair table, the serial table as calls outside
+    SGLang's multi-stream region read it (laid over the fast one), or the fast table; empty with
+    --no-vs-shipped."""
+    if not args.vs_shipped:
+        return TunedTable([])
+    tables = TunedTables.load()
+    return tables.pair if args.pair else tables.outside if args.rank == "serial" else tables.fast
+
+
+def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, timer=None,
+        shipped: Optional[TunedTable] = None) -> int:
+    """``shipped``: the table whose rows the tune times beside its candidates (default ``shipped_table``)."""
     device = device or torch.device("cuda")
     timer = timer or timing.CudaTimer(args.capture)
     budget = Budget(args.budget_s)
@@ -131,9 +151,11 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
     caps = parse_caps(args.max_per_backend)
     if backends is None:
         backends = backend_registry.all_backends()
+    every = backends  # the shipped rows' kernels are timed whichever backend serves them
     if args.backends:
         backends = [b for b in backends if b.name in set(args.backends)]
     usable = usable_backends(backends, log)
+    serving = usable + [b for b in every if b not in backends and common.available(b)[0]]
     ns = args.n or (region.joined_widths(args.k) if args.pair else list(common.N_DSV4))
     shapes = shape_order(grid, ns, args.k)
     if args.pair:
@@ -151,6 +173,12 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
         return pair_forms(usable, *tuner.widths(n, k)) if args.pair else usable
 
     cands = {s: gather_candidates(offered(s[1], s[2]), s[0], s[1], s[2], buckets[s[0]], caps, log) for s in shapes}
+    shipped = shipped_table(args) if shipped is None else shipped
+    incumbent = {s: shipped_candidate(shipped.lookup(key, *s), pair_forms(serving, *tuner.widths(s[1], s[2]))
+                                      if args.pair else serving, *s, buckets[s[0]], log) for s in shapes}
+    for s, c in incumbent.items():  # precompiled with the rest
+        if c is not None and all(x.label != c.label for x in cands[s]):
+            cands[s] = [*cands[s], c]
     per_backend = dict(collections.Counter(c.backend.name for cs in cands.values() for c in cs))
     print(f"{len(shapes)} shapes, candidates per backend: {per_backend}", flush=True)
     jobs = [(c.backend.name, c.kernel, s[0], s[1], s[2]) for s in shapes for c in cands[s]]
@@ -185,7 +213,7 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
                 if budget.expired():
                     stopped = f"budget of {args.budget_s:.0f}s reached before M={m} N={n} K={k}"
                     break
-                r = tuner.shape(m, n, k, buckets[m], cands[s])
+                r = tuner.shape(m, n, k, buckets[m], cands[s], incumbent[s])
                 results.append(r)
                 print(f"[{budget.elapsed():5.0f}s] " + _shape_line(r, args.min_gain), flush=True)
                 log.write(event="shape", **_shape_record(r, args.min_gain))
@@ -226,6 +254,8 @@ def _shape_record(r: ShapeResult, min_gain: float) -> dict:
             row = eager_row(r, min_gain) if tag == "eager" else wins(p, t, min_gain)
             rec[tag] = {"backend": p.backend, "kernel": p.kernel, "us": round(p.us, 3), "rel_err": p.rel_err,
                         "speedup": round(t / p.us, 3), "row": row}
+    if r.shipped is not None:
+        rec["shipped"] = {"kernel": r.shipped, "us": None if r.shipped_us is None else round(r.shipped_us, 3)}
     return rec
 
 
@@ -236,8 +266,11 @@ def _shape_line(r: ShapeResult, min_gain: float) -> str:
         mark = "*" if wins(p, r.torch_us, min_gain) else " "
         return f"{p.backend}{mark} {p.us:6.2f} ({r.torch_us / p.us:4.2f}x)"
 
+    shipped = ""
+    if r.shipped is not None:
+        shipped = f" | shipped {r.shipped} " + ("not timed" if r.shipped_us is None else f"{r.shipped_us:.2f}")
     return (f"M={r.m:<3d} N={r.n:<4d} K={r.k:<4d} torch {r.torch_us:6.2f} | fast {part(r.fast):<30s} | "
-            f"det {part(r.det):<30s} | {r.timed} timed, {r.rejected} rejected")
+            f"det {part(r.det):<30s} | {r.timed} timed, {r.rejected} rejected{shipped}")
 
 
 def parser() -> Parser:
@@ -277,6 +310,9 @@ def parser() -> Parser:
     ap.add_argument("--summary", default=None, help="per-shape JSON summary (default <out>_summary.json)")
     ap.add_argument("--log", default="tune_log.jsonl", help="every candidate, one JSON per line (.gz: gzipped)")
     ap.add_argument("--no-pin-torch", action="store_true", help="never write libtype torch rows")
+    ap.add_argument("--no-vs-shipped", dest="vs_shipped", action="store_false",
+                    help="do not time the kernel the packaged table routes each shape to beside the candidates "
+                         "(by default it is screened and always a finalist, whichever backend serves it)")
     return ap
 
 

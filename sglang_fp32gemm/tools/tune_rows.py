@@ -36,6 +36,8 @@ class ShapeResult:
     eager: Optional[Pick] = None  # ranked elsewhere: the fastest alone whose backend is eager_ok
     torch_alone_us: float = 0.0   # torch's time alone (torch_us is the rank's)
     fast_alone_us: float = 0.0    # the ranked winner's time alone (0: not timed alone)
+    shipped: Optional[str] = None       # the shipped tables' kernel for the shape (backend:kernel), if offered
+    shipped_us: Optional[float] = None  # its time in the rank (None: rejected or not timed)
 
 
 def table_row(key, r: ShapeResult, p: Optional[Pick]) -> TunedRow:

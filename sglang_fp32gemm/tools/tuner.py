@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Optional
 import torch
 
 from sglang_fp32gemm import exactness, pairs
+from sglang_fp32gemm.table import TunedRow
 from sglang_fp32gemm.tools import common, region, timing
 from sglang_fp32gemm.tools.stopping import Budget
 from sglang_fp32gemm.tools.tune_rows import Pick, ShapeResult
@@ -133,21 +134,46 @@ def gather_candidates(backends: list, m: int, n: int, k: int, bucket: list[int],
                 log.write(event="candidate", status="error", M=m, N=n, K=k, backend=b.name, kernel=kernel,
                           error=f"parse(kernel_name(cfg)) gives {back!r}, not {cfg!r}")
                 continue
-            why = None
-            for mm in (bucket or [m]):
-                try:
-                    ok, reason = b.supports(cfg, mm, n, k)
-                except Exception as e:
-                    ok, reason = False, f"supports() raised {type(e).__name__}: {e}"
-                if not ok:
-                    why = f"M={mm}: {reason}"
-                    break
+            why = _unsupported(b, cfg, m, n, k, bucket)
             if why is not None:
                 log.write(event="candidate", status="unsupported", M=m, N=n, K=k, backend=b.name, kernel=kernel,
                           reason=why)
                 continue
             out.append(Candidate(b, cfg, kernel, bool(b.deterministic(cfg))))
     return out
+
+
+def _unsupported(b, cfg, m: int, n: int, k: int, bucket: list[int]) -> Optional[str]:
+    """Why ``cfg`` cannot serve some M of the bucket, or None."""
+    for mm in (bucket or [m]):
+        try:
+            ok, reason = b.supports(cfg, mm, n, k)
+        except Exception as e:
+            ok, reason = False, f"supports() raised {type(e).__name__}: {e}"
+        if not ok:
+            return f"M={mm}: {reason}"
+    return None
+
+
+def shipped_candidate(row: Optional[TunedRow], backends: list, m: int, n: int, k: int, bucket: list[int],
+                      log: common.JsonLog) -> Optional[Candidate]:
+    """The kernel a table row names (the row the shipped tables give the shape) as a candidate of the first of
+    ``backends`` of its libtype that parses it and serves the whole bucket; None for no row, a torch row (torch
+    is always timed) or a kernel none of them serves (logged)."""
+    if row is None or row.libtype == "torch":
+        return None
+    for b in backends:
+        if b.libtype != row.libtype:
+            continue
+        try:
+            cfg = b.parse(row.kernelName)
+        except Exception:  # another backend of the libtype may own the name
+            continue
+        if _unsupported(b, cfg, m, n, k, bucket) is None:
+            return Candidate(b, cfg, b.kernel_name(cfg), bool(b.deterministic(cfg)))
+    log.write(event="shipped", status="not_offered", M=m, N=n, K=k, libtype=row.libtype, kernel=row.kernelName,
+              row=row.source, reason="no available backend of its libtype parses it and serves the whole bucket")
+    return None
 
 
 #: ``rank="chain"``: layers in the serial chain (``timing.chain_step``, as ``bench --decode-seq``).
@@ -374,7 +400,13 @@ class Tuner:
             out += [best[(name, s)] for s in sorted(s for b, s in best if b == name)[:self.top]]
         return out
 
-    def shape(self, m: int, n: int, k: int, bucket: list[int], cands: list[Candidate]) -> ShapeResult:
+    def shape(self, m: int, n: int, k: int, bucket: list[int], cands: list[Candidate],
+              shipped: Optional[Candidate] = None) -> ShapeResult:
+        """``shipped``: the kernel the shipped tables route the shape to (``shipped_candidate``), screened
+        like the rest and always a finalist, so that a row is never replaced by one that loses to it in the
+        rank (run 28g: a region tune without the shipped form picked a row that lost 1.7 us a layer to it)."""
+        if shipped is not None and all(c.label != shipped.label for c in cands):
+            cands = [*cands, shipped]
         x = exactness.random_bf16(m, k, device=self.device)
         self._overlapped_first(m, n, k, x)
         weights = self.weights(n, k)
@@ -402,6 +434,8 @@ class Tuner:
             screened.append((us, c, res))
         screened.sort(key=lambda r: r[0])
         finalists = screened[:self.top] + [r for r in screened if r[1].deterministic][:self.top]
+        if shipped is not None:
+            finalists += [r for r in screened if r[1].label == shipped.label]
         if self.rank == "region":
             finalists += self.lightest(screened, m, n, k)
         if self.rank != "isolated":
@@ -459,5 +493,7 @@ class Tuner:
         eager = pick([r for r in alone if r[1].backend.eager_ok], False) if self.rank != "isolated" else None
         fast_alone_us = next((us for us, c, _ in alone if fast is not None and c.backend.name == fast.backend
                               and c.kernel == fast.kernel), 0.0)
+        shipped_us = next((us for us, c, _ in final if shipped is not None and c.label == shipped.label), None)
         return ShapeResult(m, n, k, torch_us, list(bucket), fast, det, timed=len(screened), rejected=rejected,
-                           eager=eager, torch_alone_us=torch_alone_us, fast_alone_us=fast_alone_us)
+                           eager=eager, torch_alone_us=torch_alone_us, fast_alone_us=fast_alone_us,
+                           shipped=shipped.label if shipped is not None else None, shipped_us=shipped_us)
