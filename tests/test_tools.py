@@ -415,6 +415,35 @@ def test_rank_region_times_the_finalists_in_the_region_model_of_the_shape(tmp_pa
     assert torch_lines[-1]["setting"] == "chain"
 
 
+@pytest.mark.parametrize("other,label", [("plain_c", "fast:plain_c"), ("bf16_other", "torch"), (None, "torch")])
+def test_rank_region_runs_the_models_other_fp32_gemms_as_shipped_in_every_step(tmp_path, monkeypatch, other, label):
+    """With ``others``, the tiny model's N=64 GEMM (2 calls a step) runs its shipped kernel in the base step and
+    beside every finalist of the N=128 shape (1 call): what a finalist adds is still its own cost. A shipped
+    kernel that fails the exactness gate, or a torch row (None), runs torch there."""
+    monkeypatch.setattr(region, "spec_for", lambda n, k: region.MODELS["tiny"] if (n, k) == (128, 64) else None)
+    f = CostedFakes()
+    f.COST = {**CostedFakes.COST, "bf16_other": 1.0}
+    backend = type(f.backend)("fast", "triton", {"plain_a": 4.0, "plain_b": 5.0, "plain_c": 6.0, "bf16_other": 9.0})
+    log = common.JsonLog(str(tmp_path / "log.jsonl"))
+    asked = []
+
+    def others(m, n, k):
+        asked.append((m, n, k))
+        return None if other is None else tuner.Candidate(backend, Cfg(other), other, False)
+
+    t = tuner.Tuner([backend], torch.device("cpu"), f.timer, log, top=3, rank="region", torch_fn=f.torch_fn,
+                    others=others)
+    cands = [c for c in tuner.gather_candidates([backend], 8, 128, 64, [8], {}, log) if c.kernel != "bf16_other"]
+    r = t.shape(8, 128, 64, [8], cands)
+    assert (r.fast.kernel, r.fast.us, r.torch_us) == ("plain_b", 4.5, 9.0)
+    assert asked == [(8, 64, 64)]  # bound once a shape
+    # 3 rounds of the base (the 2 N=64 calls), torch and the 3 finalists (2 + 1 outputs each)
+    assert f.steps == [2, 3, 3, 3, 3] + [3, 3, 3, 3, 2] + [3, 3, 3, 2, 3]
+    lines = log_lines(tmp_path / "log.jsonl")
+    assert [x["others"] for x in lines if x.get("event") == "others"] == [{"64": label}]
+    assert any(x.get("phase") == "other" and x.get("status") == "rejected" for x in lines) == (other == "bf16_other")
+
+
 class PairFakes:
     """For ``--pair``: a backend with a pair form (``bind_pair``) whose one launch adds ``PAIR_COST`` to the
     serial step it runs in and takes ``ALONE`` alone (alone plain_a is fastest, in the step plain_b adds least);
@@ -726,6 +755,22 @@ def test_tune_times_the_shipped_kernel_of_each_shape_whichever_backend_serves_it
         else:
             assert all("shipped" not in x for x in recs.values()) and "| shipped" not in out
             assert not any(x.get("kernel") == "det_a" for x in lines)
+
+
+def test_tune_rank_region_runs_the_other_fp32_gemms_as_the_shipped_table_routes_them(tmp_path, monkeypatch):
+    """tune --rank region on the tiny model's N=128 shape: its N=64 GEMM runs the shipped row's kernel (det's
+    det_a, a backend --backends leaves out) in every step; --no-vs-shipped leaves it out."""
+    monkeypatch.setattr(region, "spec_for", lambda n, k: region.MODELS["tiny"] if (n, k) == (128, 64) else None)
+    fast, det, _ = fakes()
+    shipped = TunedTable([("shipped.csv", parse_csv(format_rows([TunedRow(
+        "sm90", 132, 8, 64, 64, False, "torch.bfloat16", "torch.float32", False, False, "triton", 0, 0, 1.0, "det_a",
+        0.0, 0.0, 0.0)]), "shipped.csv"))])
+    for vs in (True, False):
+        args = tune_args(tmp_path, m=[8], n=[128], k=[64], backends=["fast"], rank="region", rounds=1, vs_shipped=vs)
+        assert tune.run(args, backends=[fast, det], device=torch.device("cpu"), timer=FakeTimer(10.0),
+                        shipped=shipped if vs else None) == 0
+        assert [x["others"] for x in log_lines(args.log) if x.get("event") == "others"] == \
+            ([{"64": "det:det_a"}] if vs else [])
 
 
 def test_every_packaged_sm90_row_resolves_to_a_candidate_of_the_backend_that_serves_it(tmp_path):

@@ -67,7 +67,11 @@ shape to a kernel, that kernel is screened with the candidates and is always a
 finalist, whichever available backend serves it (--backends and
 --max-per-backend do not drop it), so a new row must beat the shipped one in
 the same rank; its time is in the log (event ``shape``, ``shipped``) and on the
-shape's line. --no-vs-shipped leaves it out.
+shape's line. With --rank region or serial the model's other fp32 GEMMs run
+in the step as that table routes them (torch where it has a torch row or
+none; event ``others``), in the base step too, instead of being left out: a
+call's cost beside the calls SGLang runs with it. --no-vs-shipped leaves the
+table out of both.
 
 Budget: --budget-s stops cleanly between candidates, keeps every finished
 shape and writes the tables; they are also rewritten after every shape, so a
@@ -155,7 +159,6 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
     if args.backends:
         backends = [b for b in backends if b.name in set(args.backends)]
     usable = usable_backends(backends, log)
-    serving = usable + [b for b in every if b not in backends and common.available(b)[0]]
     ns = args.n or (region.joined_widths(args.k) if args.pair else list(common.N_DSV4))
     shapes = shape_order(grid, ns, args.k)
     if args.pair:
@@ -165,15 +168,20 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
                   f"{unpaired} (pairs: {region.joined_widths(args.k)} at these K)", file=sys.stderr)
             return 2
 
+    shipped = shipped_table(args) if shipped is None else shipped
+    serving = usable + [b for b in every if b not in backends and common.available(b)[0]]
+
+    def others(m: int, n: int, k: int):  # what the region step runs at the model's other fp32 GEMMs
+        return shipped_candidate(shipped.lookup(key, m, n, k), serving, m, n, k, [m], log)
+
     tuner = Tuner(usable, device, timer, log, caps=caps, top=args.top, screen_replays=args.screen_replays,
                   final_replays=args.final_replays, budget=budget, rank=args.rank,
-                  rounds=args.rounds, pair=args.pair)
+                  rounds=args.rounds, pair=args.pair, others=others if args.vs_shipped else None)
 
     def offered(n: int, k: int) -> list:  # with --pair, the pair forms of the backends that have one
         return pair_forms(usable, *tuner.widths(n, k)) if args.pair else usable
 
     cands = {s: gather_candidates(offered(s[1], s[2]), s[0], s[1], s[2], buckets[s[0]], caps, log) for s in shapes}
-    shipped = shipped_table(args) if shipped is None else shipped
     incumbent = {s: shipped_candidate(shipped.lookup(key, *s), pair_forms(serving, *tuner.widths(s[1], s[2]))
                                       if args.pair else serving, *s, buckets[s[0]], log) for s in shapes}
     for s, c in incumbent.items():  # precompiled with the rest
@@ -311,8 +319,9 @@ def parser() -> Parser:
     ap.add_argument("--log", default="tune_log.jsonl", help="every candidate, one JSON per line (.gz: gzipped)")
     ap.add_argument("--no-pin-torch", action="store_true", help="never write libtype torch rows")
     ap.add_argument("--no-vs-shipped", dest="vs_shipped", action="store_false",
-                    help="do not time the kernel the packaged table routes each shape to beside the candidates "
-                         "(by default it is screened and always a finalist, whichever backend serves it)")
+                    help="leave the packaged table out: by default the kernel it routes each shape to is screened "
+                         "and always a finalist, whichever backend serves it, and with --rank region/serial the "
+                         "model's other fp32 GEMMs run its kernels in the step (else they are left out)")
     return ap
 
 

@@ -8,8 +8,9 @@ serial decode chain (``CHAIN_LAYERS`` layers, each a bf16 GEMM, the call and
 another bf16 GEMM, every layer its own weights, one CUDA graph); ``region``
 by what each call adds to the model of SGLang's decode region (tools/region.py)
 of the model that has the shape, in the schedule SGLang runs at that M
-(overlapped up to its multi-stream limit, else serial), the shape's other
-fp32 GEMMs left out; the chain where no model has the shape; ``serial`` the
+(overlapped up to its multi-stream limit, else serial), the model's other
+fp32 GEMMs running the shipped tables' kernels (``others``; without it, left
+out); the chain where no model has the shape; ``serial`` the
 same in the serial schedule at every M (what SGLang runs outside its
 multi-stream region: the serial table). An isolated winner need not win there
 (docs/benchmarks/README.md, run 10).
@@ -197,7 +198,8 @@ class Tuner:
     def __init__(self, backends: list, device, timer, log: common.JsonLog, *, caps: dict[str, int] | None = None,
                  top: int = 3, screen_replays: int = 7, final_replays: int = 15,
                  budget: Optional[Budget] = None, torch_fn: Optional[Callable] = None, rank: str = "isolated",
-                 rounds: int = 3, pair: bool = False):
+                 rounds: int = 3, pair: bool = False,
+                 others: Optional[Callable[[int, int, int], Optional[Candidate]]] = None):
         if rank not in RANKS:
             raise ValueError(f"rank {rank!r}: one of {', '.join(RANKS)}")
         if pair and rank != "serial":
@@ -218,6 +220,10 @@ class Tuner:
         self.binds = common.BindCache()
         self._weights: dict[tuple[int, int], list[torch.Tensor]] = {}
         self._regions: dict[str, tuple] = {}  # model name -> (weights, streams), made once
+        #: (m, n, k) -> the kernel the region step runs at another fp32 GEMM of the model (None: torch, as
+        #: SGLang's own function serves a torch row or no row); without it the other fp32 GEMMs are left out.
+        self.others = others
+        self._other_fns: dict[tuple[int, int, int], tuple[str, Callable]] = {}
 
     def weights(self, n: int, k: int) -> list[torch.Tensor]:
         w = self._weights.get((n, k))
@@ -272,8 +278,9 @@ class Tuner:
 
     def setting(self, m: int, n: int, k: int, x: torch.Tensor) -> Setting:
         """Where ``rank`` times the finalists: the region model of the shape's model (serial at every M for
-        ``serial``: SGLang's steps outside its multi-stream region), else the chain. A pair (``pair``) is timed
-        in the serial schedule with each ratio-4 layer's two GEMMs one call of it, the other fp32 GEMMs left out."""
+        ``serial``: SGLang's steps outside its multi-stream region), else the chain; the model's other fp32 GEMMs
+        run their shipped kernels there (``others``) or are left out. A pair (``pair``) is timed in the serial
+        schedule with each ratio-4 layer's two GEMMs one call of it, the other fp32 GEMMs left out."""
         spec, schedule = self._region_of(m, n, k)
         if spec is None:
             weights = timing.chain_weights(CHAIN_LAYERS, n, k, self.device)
@@ -285,9 +292,32 @@ class Tuner:
         if self.pair:
             return Setting(f"region:{spec.name}:serial:pair", region.pairs(plans),
                            lambda fn: steps.of(None if fn is None else {"pair": fn.pair}), steps.operands)
+        rest = self._rest(spec, m, n, k)
         return Setting(f"region:{spec.name}:{schedule}", region.fp32_calls(spec, n),
-                       lambda fn: steps.of(None if fn is None else {n: fn}),
+                       lambda fn: steps.of({**rest, n: fn} if fn is not None else rest or None),
                        steps.operands, schedule == "serial")
+
+    def _rest(self, spec: region.ModelSpec, m: int, n: int, k: int) -> dict[int, Callable]:
+        """The model's other fp32 GEMMs as the step runs them beside the shape (with ``others``): each shipped
+        kernel, checked exact once, else torch; every one in the base step too, so that what a call adds is
+        its cost beside them. Empty without ``others`` (the other fp32 GEMMs left out)."""
+        if self.others is None:
+            return {}
+        rest = {}
+        for on, ok in region.fp32_shapes(spec):
+            if on == n or ok != k:
+                continue
+            key = (m, on, k)
+            if key not in self._other_fns:
+                c = self.others(m, on, k)
+                label, fn = "torch", self.torch_fn
+                if c is not None and self.check(c, m, on, k, "other") is not None:
+                    label, fn = c.label, self._fn(c, on, k)
+                self._other_fns[key] = (label, fn)
+            rest[on] = self._other_fns[key][1]
+        self.log.write(event="others", M=m, N=n, K=k, setting=spec.name,
+                       others={str(on): self._other_fns[(m, on, k)][0] for on in rest})
+        return rest
 
     def _region_of(self, m: int, n: int, k: int) -> tuple[Optional[region.ModelSpec], str]:
         """(the model whose region ``setting`` times the shape in, None for the chain; its schedule): a pair's
