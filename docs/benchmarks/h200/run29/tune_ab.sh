@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Run 29 (device; from the repository root; carry .cutedsl .devsite .vllm_ll; not yet run). One call from a
+# region tune to its A/B, for the V4-Pro overlapped rows (what run 28 did by hand in several calls):
+#  1. tune --rank region at M in G_M (default 8 16), N given (default 2048 1024 512), K=7168, backends G_BACKENDS
+#     (default triton): since stop 41 it times the shipped row's kernel beside the candidates and runs the
+#     other fp32 GEMMs as the table routes them (run 28k);
+#  2. the rows that differ from the packaged fast table (configs/sm90.csv) go to $OUT/g_tune/changed.csv;
+#     none: no A/B;
+#  3. region_ab (run20/common.sh): A = those rows laid over the packaged tables, B = the packaged tables,
+#     overlapped, the same M, A B A B. Rows ship where A beats B in both pairs, every result exact and every
+#     route check holding (run 19c's rule); read them from changed.csv.
+#   G_M="8 16" bash docs/benchmarks/h200/run29/tune_ab.sh [N...]   # timeout_s 560
+set -uo pipefail
+. docs/benchmarks/h200/run20/common.sh
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+d=$OUT/g_tune; mkdir -p "$d"
+ns=("$@"); [ ${#ns[@]} -gt 0 ] || ns=(2048 1024 512)
+ms=${G_M:-8 16}
+# shellcheck disable=SC2086
+timeout -k 10 250 python3 -m sglang_fp32gemm tune --rank region --backends ${G_BACKENDS:-triton} --m $ms \
+  --n "${ns[@]}" --k 7168 --budget-s 210 --out "$d/sm90_29_region.csv" --summary "$d/summary.json" \
+  --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
+echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 10 | cut -c1-260
+python3 docs/benchmarks/h200/run29/changed_rows.py configs/sm90.csv "$d/sm90_29_region.csv" "$d/changed.csv" || exit 0
+region_ab "$d/changed.csv" 70 --region-m "$(echo $ms | tr ' ' ',')" --region-schedule overlapped
+nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
