@@ -727,18 +727,19 @@ def test_the_shipped_rows_kernel_is_always_a_finalist_so_a_new_row_must_beat_it_
     assert (r.fast.kernel, r.fast.us, r.shipped, r.shipped_us) == ("plain_b", 4.5, "fast:plain_b", 4.5)
 
 
+def shipped_rows(*rows: tuple) -> TunedTable:
+    """A shipped table for the tune tests: (N, libtype, kernelName) rows at sm90:132, M=8, K=64."""
+    return TunedTable([("shipped.csv", parse_csv(format_rows(
+        [TunedRow("sm90", 132, 8, n, 64, False, "torch.bfloat16", "torch.float32", False, False, libtype, 0, 0, 1.0,
+                  name, 0.0, 0.0, 0.0) for n, libtype, name in rows]), "shipped.csv"))])
+
+
 def test_tune_times_the_shipped_kernel_of_each_shape_whichever_backend_serves_it(tmp_path, capsys):
     """--backends fast leaves det out, but the shipped table's row at M=8 N=32 names det's det_a: it is timed
     beside fast's candidates (6 us alone; fast's plain_a, 4 us, wins). A row naming a kernel no backend
     parses is logged; a torch row adds nothing (torch is always timed). --no-vs-shipped times none of them."""
     fast, det, _ = fakes()
-
-    def row(n, libtype, name):
-        return TunedRow("sm90", 132, 8, n, 64, False, "torch.bfloat16", "torch.float32", False, False, libtype,
-                        0, 0, 1.0, name, 0.0, 0.0, 0.0)
-
-    shipped = TunedTable([("shipped.csv", parse_csv(format_rows(
-        [row(32, "triton", "det_a"), row(64, "triton", "no_such_kernel"), row(96, "torch", "")]), "shipped.csv"))])
+    shipped = shipped_rows((32, "triton", "det_a"), (64, "triton", "no_such_kernel"), (96, "torch", ""))
     for vs in (True, False):
         args = tune_args(tmp_path, m=[8], n=[32, 64, 96], k=[64], backends=["fast"], vs_shipped=vs)
         assert tune.run(args, backends=[fast, det], device=torch.device("cpu"), timer=FakeTimer(10.0),
@@ -762,9 +763,7 @@ def test_tune_rank_region_runs_the_other_fp32_gemms_as_the_shipped_table_routes_
     det_a, a backend --backends leaves out) in every step; --no-vs-shipped leaves it out."""
     monkeypatch.setattr(region, "spec_for", lambda n, k: region.MODELS["tiny"] if (n, k) == (128, 64) else None)
     fast, det, _ = fakes()
-    shipped = TunedTable([("shipped.csv", parse_csv(format_rows([TunedRow(
-        "sm90", 132, 8, 64, 64, False, "torch.bfloat16", "torch.float32", False, False, "triton", 0, 0, 1.0, "det_a",
-        0.0, 0.0, 0.0)]), "shipped.csv"))])
+    shipped = shipped_rows((64, "triton", "det_a"))
     for vs in (True, False):
         args = tune_args(tmp_path, m=[8], n=[128], k=[64], backends=["fast"], rank="region", rounds=1, vs_shipped=vs)
         assert tune.run(args, backends=[fast, det], device=torch.device("cpu"), timer=FakeTimer(10.0),
