@@ -1103,6 +1103,21 @@ def test_targets_all_pass_on_a_run_that_meets_them(tmp_path, capsys):
     assert out.rstrip().endswith("targets: 18 PASS, 0 FAIL, 0 NODATA")
 
 
+def test_eager_host_target_reads_the_host_time_not_the_wall():
+    """Run 29d (an H100): where the GPU is the limit the wall time is the kernel's; the target is host time."""
+    def rec(wall, host):
+        return {"M": 8, "N": 2560, "K": 7168, "kind": "routed", "route": "triton:t",
+                "us": {"torch": 18.5, "routed": wall}, "enqueue_us": {"torch": 17.3, "routed": host}}
+
+    gpu_bound = targets.eager_host_vs_torch([rec(wall=16.7, host=11.0)])
+    assert gpu_bound.status == "PASS", gpu_bound
+    host_bound = targets.eager_host_vs_torch([rec(wall=14.0, host=14.0)])
+    assert host_bound.status == "FAIL" and "eager routed 14.00 us > 0.8 x torch 17.30" in host_bound.misses[0]
+    wall_only = rec(wall=16.7, host=11.0)
+    del wall_only["enqueue_us"]
+    assert targets.eager_host_vs_torch([wall_only]).status == "FAIL"
+
+
 def test_targets_fail_with_the_numbers(tmp_path, capsys):
     path = synthetic(tmp_path, slow=(4, 1024, 7168), imprecise=(64, 2048, 4096), eager_factor=1.2,
                      fallback_add=1.6, decode_add=6.1)
