@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run 29 (device; from the repository root; carry .cutedsl .devsite .vllm_ll; not yet run). One call from a
+# Run 29 (device; from the repository root; carry .cutedsl .devsite .vllm_ll; run 29a-b). One call from a
 # region tune to its A/B, for the V4-Pro overlapped rows (what run 28 did by hand in several calls):
 #  1. tune --rank region at M in G_M (default 8 16), N given (default 2048 1024 512), K=7168, backends G_BACKENDS
 #     (default triton): since stop 41 it times the shipped row's kernel beside the candidates and runs the
