@@ -8,7 +8,8 @@
 #     none: no A/B;
 #  3. region_ab (run20/common.sh): A = those rows laid over the packaged tables, B = the packaged tables,
 #     overlapped, the same M, A B A B. Rows ship where A beats B in both pairs, every result exact and every
-#     route check holding (run 19c's rule); read them from changed.csv.
+#     route check holding (run 19c's rule); ab_verdict.py prints that verdict per M (from stop 42; it gives
+#     29a-b's, 28g's and 28l's decisions from their folders); the rows of an M that ships are in changed.csv.
 #   G_M="8 16" bash docs/benchmarks/h200/run29/tune_ab.sh [N...]   # timeout_s 560
 set -uo pipefail
 . docs/benchmarks/h200/run20/common.sh
@@ -23,4 +24,5 @@ timeout -k 10 250 python3 -m sglang_fp32gemm tune --rank region --backends ${G_B
 echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 10 | cut -c1-260
 python3 docs/benchmarks/h200/run29/changed_rows.py configs/sm90.csv "$d/sm90_29_region.csv" "$d/changed.csv" || exit 0
 region_ab "$d/changed.csv" 70 --region-m "$(echo $ms | tr ' ' ',')" --region-schedule overlapped
+python3 docs/benchmarks/h200/run29/ab_verdict.py "$OUT/ab"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
