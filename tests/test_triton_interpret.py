@@ -232,6 +232,25 @@ def test_epoch_candidates_hold_the_splits_that_won_on_the_h200():
     assert be.candidates(0, 1024, 7168) == [] and be.candidates(MAX_M + 1, 1024, 7168) == []
 
 
+def test_epoch_candidates_offer_sub_wave_grids_only_inside_the_overlapped_region_above_m32():
+    """M 33-64 (SGLang's overlapped region on Hopper, bm 64): grids under one wave with 3 stages join the space
+    (runs 28-29 found no row at M=64 that beats the shipped ones beside the other streams)."""
+    from sglang_fp32gemm.backends.triton_base import sm_count
+
+    be, sms = TritonEpochBackend(), sm_count()
+
+    def sub_wave(m, n):
+        return [c for c in be.candidates(m, n, 7168)
+                if n // c.bn * -(-m // c.bm) * c.split_k < 0.8 * sms and c.num_stages == 3]
+
+    for n in (512, 1024, 2048, 2560):
+        light = sub_wave(64, n)
+        assert light and all(c.bm == 64 and c.bn == 64 for c in light), (n, light)
+        assert sub_wave(48, n) == light
+        assert not sub_wave(32, n) and not sub_wave(65, n), n
+    assert {c.split_k for c in sub_wave(64, 2048)} == {2}  # 32 tiles x 2: 64 programs
+
+
 # -- availability and the launcher's checks ------------------------------------------------------------
 @pytest.mark.parametrize("cls", [TritonSplitKBackend, TritonEpochBackend])
 def test_backend_unavailable_without_cuda_says_why(cls):

@@ -103,10 +103,18 @@ class TritonEpochBackend(TritonBackend):
             return []
         bm = 16 if m <= 16 else 32 if m <= 32 else 64
         m_tiles = (m + bm - 1) // bm
-        plan = ((64, (64, 128, 256), 3, (4, 6)), (32, (128, 256), 2, (4,)), (128, (128, 256), 2, (4,)))
+        # (BN, BKs, splits kept, stages, (grid within lo..hi waves, nearest target))
+        wide = (0.8, 4.0, 1.7)
+        plan = [(64, (64, 128, 256), 3, (4, 6), wide), (32, (128, 256), 2, (4,), wide),
+                (128, (128, 256), 2, (4,), wide)]
+        if 32 < m <= 64:
+            # Under one wave, fewer stages: less of W in flight and SMs left to the other streams of SGLang's
+            # overlapped region (up to M=64 on Hopper), where lighter kernels won at M 1-8 (run 26) and
+            # M=64 had none (runs 28-29); the region tune decides.
+            plan.append((64, (128, 256), 2, (3,), (0.3, 0.8, 0.5)))
         out: list[EpochConfig] = []
-        for bn0, bks, keep, stage_set in plan:
-            for bn, bk, sk in split_plans(n, k, m_tiles, [(bn0, bk) for bk in bks], 0.8, 4.0, keep, 1.7, 1):
+        for bn0, bks, keep, stage_set, (lo, hi, target) in plan:
+            for bn, bk, sk in split_plans(n, k, m_tiles, [(bn0, bk) for bk in bks], lo, hi, keep, target, 1):
                 iters = k // bk // sk
                 for st in sorted({min(s, iters + 1) for s in stage_set}):
                     if st < 2 or not fits_smem(bm, bn, bk, st):
