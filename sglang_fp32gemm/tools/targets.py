@@ -59,10 +59,10 @@ def _measured_ms(idx: dict[tuple[int, int, int], dict], k: int, max_m: int) -> l
     return sorted({m for (m, _, kk) in idx if kk == k and m <= max_m})
 
 
-def _us(r: Optional[dict], col: str) -> Optional[float]:
+def _us(r: Optional[dict], col: str, field: str = "us") -> Optional[float]:
     if r is None:
         return None
-    v = r.get("us", {}).get(col)
+    v = r.get(field, {}).get(col)
     return float(v) if isinstance(v, (int, float)) else None
 
 
@@ -205,8 +205,8 @@ def eager_host_vs_torch(eager: list[dict], factor: float = 0.8) -> Verdict:
     for r in eager:
         if r.get("kind") == "fallback" or r["M"] > 32:
             continue
-        host = {"us": r["enqueue_us"]} if r.get("enqueue_us") else r
-        routed, torch_us = _us(host, "routed"), _us(host, "torch")
+        field = "enqueue_us" if r.get("enqueue_us") else "us"
+        routed, torch_us = _us(r, "routed", field), _us(r, "torch", field)
         if routed is None or torch_us is None:
             missing.append(f"M={r['M']} N={r['N']}: not measured")
             continue
