@@ -29,7 +29,7 @@ def load(ab_dir: str) -> dict[str, dict[tuple, dict]]:
 def verdict(cases: dict[str, dict]) -> tuple[bool, str]:
     """(ship, the line's detail) for one (model, schedule, M) across the four runs."""
     add = {run: r["add_per_layer_us"].get("routed") for run, r in cases.items()}
-    torch_us = [r["add_per_layer_us"].get("torch") for r in cases.values()]
+    torch_us = [t for t in (r["add_per_layer_us"].get("torch") for r in cases.values()) if t is not None]
     why = []
     if any(v is None for v in add.values()):
         why.append("a routed column is missing")
@@ -42,7 +42,7 @@ def verdict(cases: dict[str, dict]) -> tuple[bool, str]:
     if wins < 2:
         why.append(f"A won {wins} of 2 pairs")
     detail = " / ".join(f"{run} {add[run]}" for run in RUNS) + \
-        f"; torch {min(t for t in torch_us if t is not None):.2f}-{max(t for t in torch_us if t is not None):.2f}"
+        (f"; torch {min(torch_us):.2f}-{max(torch_us):.2f}" if torch_us else "; no torch column")
     return not why, detail + ("" if not why else f" ({'; '.join(why)})")
 
 
