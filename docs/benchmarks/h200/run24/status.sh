@@ -6,6 +6,7 @@
 #       # serial, M 1 2 4 8 16 32, 3 rounds, torch / routed / Triton / ll_bf16 in each process (the serial rows
 #       # after an overlapped capture), then the targets check. Run 23 measured V4-Pro serial on an H100 only.
 #       # STATUS_M=1,2,4,8,16,32,64 adds M=64 (the overlapped 0.7x target's last M; stop 40).
+      # STATUS_MODELS=pro: V4-Pro alone, about half the time (stop 43: a call with little device time left).
 #   bash docs/benchmarks/h200/run24/status.sh isolated   # timeout_s 560: isolated calls under graph replay
 #       # (K=7168, N 512-2560, M 1 2 4 8 16 32; torch, SGLang's CuTe-DSL kernel, ll_bf16 at its best config,
 #       # routed) and eager calls (host and wall time, the same shapes), then the targets check. The isolated
@@ -19,7 +20,7 @@ logs="docs/benchmarks/h200/tune_log.jsonl.gz docs/benchmarks/h200/run16/tune_log
 case $part in
   region)
     # shellcheck disable=SC2086
-    timeout -k 10 500 python3 -m sglang_fp32gemm bench --region --region-model pro,flash \
+    timeout -k 10 500 python3 -m sglang_fp32gemm bench --region --region-model "${STATUS_MODELS:-pro,flash}" \
       --region-m "${STATUS_M:-1,2,4,8,16,32}" --region-schedule overlapped,serial --region-rounds 3 --backends triton \
       --tune-log $logs --out-dir "$o" > "$o/bench.txt" 2>&1 ;;
   isolated)
