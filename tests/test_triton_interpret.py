@@ -203,12 +203,12 @@ def test_candidates_are_small_valid_and_round_trip(which):
             assert k // (c.bk * c.split_k) >= (2 if which == "ticket" else 1)
 
 
-def test_candidates_hold_the_shipped_sm90_triton_winners_at_m_le_32():
+def test_candidates_hold_the_shipped_sm90_triton_winners_at_m_le_64():
     from sglang_fp32gemm.table import TunedTables
 
     tables = TunedTables.load()
     rows = [r for t in (tables.fast, tables.deterministic, tables.eager) for r in t.rows()
-            if r.libtype == "triton" and r.M <= 32]
+            if r.libtype == "triton" and r.M <= 64]
     assert rows
     # `joint` copies into the eager table the kernel eager calls already ran: another M's row of the shape.
     named = {(r.N, r.K, r.kernelName) for t in (tables.fast, tables.deterministic) for r in t.rows()}
@@ -234,7 +234,8 @@ def test_epoch_candidates_hold_the_splits_that_won_on_the_h200():
 
 def test_epoch_candidates_offer_sub_wave_grids_only_inside_the_overlapped_region_above_m32():
     """M 33-64 (SGLang's overlapped region on Hopper, bm 64): grids under one wave with 3 stages join the space
-    (runs 28-29 found no row at M=64 that beats the shipped ones beside the other streams)."""
+    (runs 28-29 found no row at M=64 that beats the shipped ones beside the other streams; run 30a shipped
+    one at N=2048, which the shipped-rows test above holds in the space)."""
     from sglang_fp32gemm.backends.triton_base import sm_count
 
     be, sms = TritonEpochBackend(), sm_count()
