@@ -232,10 +232,11 @@ def test_epoch_candidates_hold_the_splits_that_won_on_the_h200():
     assert be.candidates(0, 1024, 7168) == [] and be.candidates(MAX_M + 1, 1024, 7168) == []
 
 
-def test_epoch_candidates_offer_sub_wave_grids_only_inside_the_overlapped_region_above_m32():
-    """M 33-64 (SGLang's overlapped region on Hopper, bm 64): grids under one wave with 3 stages join the space
-    (runs 28-29 found no row at M=64 that beats the shipped ones beside the other streams; run 30a shipped
-    one at N=2048, which the shipped-rows test above holds in the space)."""
+def test_epoch_candidates_offer_sub_wave_grids_only_inside_the_overlapped_region_above_m8():
+    """M 9-64 (SGLang's overlapped region on Hopper goes to M=64): grids under one wave with 3 stages join the
+    space (runs 28-29 found no row at M=64 that beats the shipped ones beside the other streams; run 30a shipped
+    one at N=2048, which the shipped-rows test above holds in the space). Not at M <= 8, where the dot
+    kernel's light forms won (run 26), nor past M=64."""
     from sglang_fp32gemm.backends.triton_base import sm_count
 
     be, sms = TritonEpochBackend(), sm_count()
@@ -248,8 +249,12 @@ def test_epoch_candidates_offer_sub_wave_grids_only_inside_the_overlapped_region
         light = sub_wave(64, n)
         assert light and all(c.bm == 64 and c.bn == 64 for c in light), (n, light)
         assert sub_wave(48, n) == light
-        assert not sub_wave(32, n) and not sub_wave(65, n), n
+        for m, bm in ((9, 16), (16, 16), (17, 32), (32, 32)):
+            assert sub_wave(m, n) and all(c.bm == bm and c.bn == 64 for c in sub_wave(m, n)), (m, n)
+        assert not sub_wave(8, n) and not sub_wave(65, n), n
+        assert len([c for c in be.candidates(32, n, 7168) if not c.pdl]) <= 25, n  # "about 25"
     assert {c.split_k for c in sub_wave(64, 2048)} == {2}  # 32 tiles x 2: 64 programs
+    assert {c.split_k for c in sub_wave(32, 2048)} == {2}
 
 
 # -- availability and the launcher's checks ------------------------------------------------------------

@@ -107,10 +107,10 @@ class TritonEpochBackend(TritonBackend):
         wide = (0.8, 4.0, 1.7)
         plan = [(64, (64, 128, 256), 3, (4, 6), wide), (32, (128, 256), 2, (4,), wide),
                 (128, (128, 256), 2, (4,), wide)]
-        if 32 < m <= 64:
+        if 8 < m <= 64:
             # Under one wave, fewer stages: less of W in flight and SMs left to the other streams of SGLang's
-            # overlapped region (up to M=64 on Hopper), where lighter kernels won at M 1-8 (run 26) and
-            # M=64 had none (runs 28-29); the region tune decides.
+            # overlapped region (up to M=64 on Hopper). At M=64 N=2048 such a grid beat the full-wave row by
+            # 2.7 us a call there (run 30a); M 9-32 have not been ranked with them. The region tune decides.
             plan.append((64, (128, 256), 2, (3,), (0.3, 0.8, 0.5)))
         out: list[EpochConfig] = []
         for bn0, bks, keep, stage_set, (lo, hi, target) in plan:
