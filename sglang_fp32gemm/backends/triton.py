@@ -95,7 +95,7 @@ class TritonEpochBackend(TritonBackend):
         return cfg.split_k == 1
 
     def candidates(self, m: int, n: int, k: int) -> list[EpochConfig]:
-        """The tuner's search space for one shape, at most about 25 configs (docs/backends/triton.md, Tuning).
+        """The tuner's search space for one shape, at most 27 plain configs (docs/backends/triton.md, Tuning).
 
         Split-K 14-16 at N=1024 and 4 at N=2560 won on the H200.
         """
@@ -107,10 +107,10 @@ class TritonEpochBackend(TritonBackend):
         wide = (0.8, 4.0, 1.7)
         plan = [(64, (64, 128, 256), 3, (4, 6), wide), (32, (128, 256), 2, (4,), wide),
                 (128, (128, 256), 2, (4,), wide)]
-        if 8 < m <= 64:
+        if m <= 64:
             # Under one wave, fewer stages: less of W in flight and SMs left to the other streams of SGLang's
             # overlapped region (up to M=64 on Hopper). At M=64 N=2048 such a grid beat the full-wave row by
-            # 2.7 us a call there (run 30a); M 9-32 have not been ranked with them. The region tune decides.
+            # 2.7 us a call there (run 30a); M 1-32 have not been ranked with them. The region tune decides.
             plan.append((64, (128, 256), 2, (3,), (0.3, 0.8, 0.5)))
         out: list[EpochConfig] = []
         for bn0, bks, keep, stage_set, (lo, hi, target) in plan:

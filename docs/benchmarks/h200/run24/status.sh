@@ -6,7 +6,7 @@
 #       # serial, M 1 2 4 8 16 32, 3 rounds, torch / routed / Triton / ll_bf16 in each process (the serial rows
 #       # after an overlapped capture), then the targets check. Run 23 measured V4-Pro serial on an H100 only.
 #       # STATUS_M=1,2,4,8,16,32,64 adds M=64 (the overlapped 0.7x target's last M; stop 40).
-      # STATUS_MODELS=pro: V4-Pro alone, about half the time (stop 43: a call with little device time left).
+#       # STATUS_MODELS=pro: V4-Pro alone, about half the time (stop 43: a call with little device time left).
 #   bash docs/benchmarks/h200/run24/status.sh isolated   # timeout_s 560: isolated calls under graph replay
 #       # (K=7168, N 512-2560, M 1 2 4 8 16 32; torch, SGLang's CuTe-DSL kernel, ll_bf16 at its best config,
 #       # routed) and eager calls (host and wall time, the same shapes), then the targets check. The isolated
