@@ -11,18 +11,20 @@
 #     route check holding (run 19c's rule); ab_verdict.py prints that verdict per M (from stop 42; it gives
 #     29a-b's, 28g's and 28l's decisions from their folders); the rows of an M that ships are in changed.csv.
 #   G_M="8 16" bash docs/benchmarks/h200/run29/tune_ab.sh [N...]   # timeout_s 560
+# G_K=4096 tunes V4-Flash's shapes and runs its A/B in V4-Flash's region model (stop 44; default 7168, V4-Pro).
 set -uo pipefail
 . docs/benchmarks/h200/run20/common.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 d=$OUT/g_tune; mkdir -p "$d"
 ns=("$@"); [ ${#ns[@]} -gt 0 ] || ns=(2048 1024 512)
 ms=${G_M:-8 16}
+k=${G_K:-7168}; model=pro; [ "$k" = 4096 ] && model=flash
 # shellcheck disable=SC2086
 timeout -k 10 250 python3 -m sglang_fp32gemm tune --rank region --backends ${G_BACKENDS:-triton} --m $ms \
-  --n "${ns[@]}" --k 7168 --budget-s 210 --out "$d/sm90_29_region.csv" --summary "$d/summary.json" \
+  --n "${ns[@]}" --k "$k" --budget-s 210 --out "$d/sm90_29_region.csv" --summary "$d/summary.json" \
   --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
 echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 10 | cut -c1-260
 python3 docs/benchmarks/h200/run29/changed_rows.py configs/sm90.csv "$d/sm90_29_region.csv" "$d/changed.csv" || exit 0
-region_ab "$d/changed.csv" 70 --region-m "$(echo $ms | tr ' ' ',')" --region-schedule overlapped
+region_ab "$d/changed.csv" 70 --region-m "$(echo $ms | tr ' ' ',')" --region-schedule overlapped --region-model $model
 python3 docs/benchmarks/h200/run29/ab_verdict.py "$OUT/ab"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
