@@ -317,3 +317,23 @@ def test_explain_with_a_pair_file_shows_its_pair_routes(tmp_path, monkeypatch):
     assert lines[0] == "M=1        each call its own route", lines
     assert lines[1].startswith(f"M=2        cutedsl-dot cutedsl_dot_m2_t448_r2_pdl pair 512+2048 (row {path}:2)"), lines
     assert lines[2] == "M=3-4      each call its own route", lines
+
+
+def test_calls_outside_the_region_never_take_the_packaged_overlapped_rows_at_the_compressor_shapes():
+    """Runs 30-31 shipped fast-table rows that win only beside SGLang's side streams (Triton grids of half a
+    wave: 13.8-15.7 us alone at N=2048 where the rows before took 12.7-13.5, run 31). Calls outside the
+    multi-stream region (serial steps, eager calls, isolated ones) read the packaged serial file first, so at
+    V4-Pro's and V4-Flash's three compressor widths every M up to the multi-stream limit (64 on Hopper)
+    takes a row of configs/sm90_serial.csv, never one of configs/sm90.csv."""
+    tables = TunedTables.load([])
+    key = DeviceKey("sm90", 132)
+    for k in (7168, 4096):
+        for n in (512, 1024, 2048):
+            for m in range(1, 65):
+                row = tables.outside.lookup(key, m, n, k)
+                assert row is not None and row.source.startswith("configs/sm90_serial.csv:"), (m, n, k, row)
+                fast = tables.fast.lookup(key, m, n, k)
+                assert fast is not None and fast.source.startswith("configs/sm90.csv:"), (m, n, k, fast)
+    # The half-wave grid the fast table ships at M=16 N=2048 K=7168 is not what calls outside the region run.
+    assert tables.fast.lookup(key, 16, 2048, 7168).kernelName == "triton_epoch_fp32_bm16_bn64_bk256_sk2_w4_s3"
+    assert tables.outside.lookup(key, 16, 2048, 7168).kernelName != "triton_epoch_fp32_bm16_bn64_bk256_sk2_w4_s3"
