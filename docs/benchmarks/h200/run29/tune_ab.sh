@@ -18,7 +18,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 d=$OUT/g_tune; mkdir -p "$d"
 ns=("$@"); [ ${#ns[@]} -gt 0 ] || ns=(2048 1024 512)
 ms=${G_M:-8 16}
-k=${G_K:-7168}; model=pro; [ "$k" = 4096 ] && model=flash
+k=${G_K:-7168}
+# The region model of the tuned shapes, as the tune itself picks it (region.spec_for): none, no A/B to run.
+model=$(python3 -c 'import sys; from sglang_fp32gemm.tools import region
+s = region.spec_for(int(sys.argv[1]), int(sys.argv[2])); print(s.name if s else "")' "${ns[0]}" "$k")
+[ -n "$model" ] || { echo "tune_ab.sh: no shipped region model has N=${ns[0]} K=$k"; exit 2; }
 # shellcheck disable=SC2086
 timeout -k 10 250 python3 -m sglang_fp32gemm tune --rank region --backends ${G_BACKENDS:-triton} --m $ms \
   --n "${ns[@]}" --k "$k" --budget-s 210 --out "$d/sm90_29_region.csv" --summary "$d/summary.json" \
