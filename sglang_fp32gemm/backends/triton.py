@@ -109,8 +109,8 @@ class TritonEpochBackend(TritonBackend):
                 (128, (128, 256), 2, (4,), wide)]
         if m <= 64:
             # Under one wave, fewer stages: less of W in flight and SMs left to the other streams of SGLang's
-            # overlapped region (up to M=64 on Hopper). At M=64 N=2048 such a grid beat the full-wave row by
-            # 2.7 us a call there (run 30a); M 1-32 have not been ranked with them. The region tune decides.
+            # overlapped region (up to M=64 on Hopper). At N=2048 such grids beat the full-wave rows there (runs
+            # 30a and 31: M 4-64), though alone they are slower (run 31): the rank of each table decides.
             plan.append((64, (128, 256), 2, (3,), (0.3, 0.8, 0.5)))
         out: list[EpochConfig] = []
         for bn0, bks, keep, stage_set, (lo, hi, target) in plan:
