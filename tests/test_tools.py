@@ -712,6 +712,28 @@ def test_tune_rank_serial_writes_only_the_serial_table_and_pins_no_unreached_m(t
     assert [r.M for r in tune_rows.build_rows(reached, KEY, [1, 8, 16], 0.02, False, pin_unreached=False)] == [1, 8]
 
 
+def test_tune_serial_table_ranked_alone_writes_only_the_serial_table_against_its_shipped_rows(tmp_path, capsys):
+    """--serial-table with --rank isolated (run 32: serial rows no serial step reads, ranked alone): the tune
+    compares with the serial table's shipped rows, as calls outside the region read them, not the fast
+    table's, and writes the serial file alone, as --rank serial does."""
+    args = tune_args(tmp_path, rank="isolated", serial_table=True)
+    # V4-Pro's M=16 N=2048: the fast table ships a half-wave grid that only overlapped calls take (run 31)
+    fast_row = tune.shipped_table(tune_args(tmp_path)).lookup(KEY, 16, 2048, 7168)
+    row = tune.shipped_table(args).lookup(KEY, 16, 2048, 7168)
+    assert fast_row.source.startswith("configs/sm90.csv:") and row.source.startswith("configs/sm90_serial.csv:")
+    assert row.kernelName != fast_row.kernelName
+    fast, det, _ = fakes()
+    args = tune_args(tmp_path, m=[1, 8], n=[32], k=[64], rank="isolated", serial_table=True,
+                     out=str(tmp_path / "sm90_serial.csv"), out_det=None, vs_shipped=False)
+    assert tune.run(args, backends=[fast, det], device=torch.device("cpu"), timer=FakeTimer(2.05)) == 0
+    assert [r.M for r in parse_csv(open(args.out).read(), args.out)] == [1, 8]
+    assert sorted(p.name for p in tmp_path.glob("*.csv")) == ["sm90_serial.csv"]
+    assert "deterministic" not in capsys.readouterr().out.split("wrote")[-1]
+    with pytest.raises(SystemExit):
+        tune.main(["--rank", "serial", "--pair", "--serial-table"])
+    assert "--pair writes the pair table, --serial-table the serial table" in capsys.readouterr().err
+
+
 def test_the_shipped_rows_kernel_is_always_a_finalist_so_a_new_row_must_beat_it_in_the_rank(tmp_path):
     """Ranked in the chain with top=1, the finalists are plain_a (fastest alone) and nothing else, and it adds
     9 us there; the shipped row's kernel (plain_b, 4.5 in the chain) is a finalist too and keeps its row."""

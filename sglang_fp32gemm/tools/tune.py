@@ -52,6 +52,11 @@ graph, where it beats torch alone and either torch won the rank or it beats
 the ranked winner's kernel alone too, by --min-gain (eager calls run alone,
 with no graph; the router gives them that row).
 
+--serial-table writes the serial table (as --rank serial does) whatever the
+rank: for serial rows no serial step reads, ranked alone (--rank isolated).
+V4-Pro's pair rows serve its ratio-4 layers' N=512 and N=2048 GEMMs at M
+1-64, so the serial table's rows there serve calls alone (run 32).
+
 Pairs: --pair (with --rank serial) tunes the pair table (--out NAME_pair.csv,
 pairs.py): N is a ratio-4 layer's two compressor GEMMs joined (N1 + N2: 512 +
 2048 = 2560 in V4-Pro and V4-Flash, the default), the candidates are the pair
@@ -62,7 +67,7 @@ names the kernel whose pair form won, where it beats torch's two calls by
 `bench --region` (its routed+pair column) to say before a pair table ships.
 
 The shipped row: where the packaged table the tune writes (the fast table; with
---rank serial the serial table over it; with --pair the pair table) routes a
+--rank serial or --serial-table the serial table over it; with --pair the pair table) routes a
 shape to a kernel, that kernel is screened with the candidates and is always a
 finalist, whichever available backend serves it (--backends and
 --max-per-backend do not drop it), so a new row must beat the shipped one in
@@ -122,6 +127,12 @@ def usable_backends(backends: list, log: common.JsonLog) -> list:
     return usable
 
 
+def writes_serial(args: argparse.Namespace) -> bool:
+    """Whether the tune writes the serial table: --rank serial (--pair included), or --serial-table with another
+    rank (run 32: serial rows that serial steps never read, ranked alone)."""
+    return args.rank == "serial" or args.serial_table
+
+
 def shipped_table(args: argparse.Namespace) -> TunedTable:
     """The packaged table whose rows the tune would replace: the pair table, the serial table as calls outside
     SGLang's multi-stream region read it (laid over the fast one), or the fast table; empty with
@@ -129,7 +140,7 @@ def shipped_table(args: argparse.Namespace) -> TunedTable:
     if not args.vs_shipped:
         return TunedTable([])
     tables = TunedTables.load()
-    return tables.pair if args.pair else tables.outside if args.rank == "serial" else tables.fast
+    return tables.pair if args.pair else tables.outside if writes_serial(args) else tables.fast
 
 
 def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, timer=None,
@@ -142,7 +153,7 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
     if key is None:
         print("no table key for this device", file=sys.stderr)
         return 2
-    suffix = "_pair" if args.pair else "_serial" if args.rank == "serial" else ""
+    suffix = "_pair" if args.pair else "_serial" if writes_serial(args) else ""
     out = args.out or f"{key.gfx}{suffix}.csv"
     out_det = args.out_det or f"{os.path.splitext(out)[0]}_deterministic.csv"
     out_eager = args.out_eager or f"{os.path.splitext(out)[0]}_eager.csv"
@@ -193,7 +204,7 @@ def run(args: argparse.Namespace, backends: Optional[list] = None, device=None, 
     results: list[ShapeResult] = []
     stopped = None
 
-    serial = args.rank == "serial"  # with --pair too
+    serial = writes_serial(args)  # with --pair too
 
     def write_tables() -> tuple[list[TunedRow], list[TunedRow], list[TunedRow]]:
         # A serial table lies over the fast one: a grid M it did not reach must leave the fast row be.
@@ -301,6 +312,11 @@ def parser() -> Parser:
                          "in SGLang's decode region, or in its serial schedule at every M (the serial table) "
                          "(the tables' us column is then that) (default %(default)s)")
     ap.add_argument("--rounds", type=positive_int, default=3, help="interleaved rounds of --rank chain/region")
+    ap.add_argument("--serial-table", action="store_true",
+                    help="write the serial table whatever --rank orders by (implied by --rank serial): compare "
+                         "against its shipped rows, rows only for the shapes tuned, no deterministic or eager "
+                         "table (--out default <gfx>_serial.csv). For serial rows no serial step reads, e.g. "
+                         "V4-Pro's N 512 / 2048 at M 1-64, which its pair rows serve: --rank isolated")
     ap.add_argument("--pair", action="store_true",
                     help="with --rank serial: tune the pair table (one launch for a ratio-4 layer's two compressor "
                          "GEMMs; --out default <gfx>_pair.csv)")
@@ -335,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(e))
     if args.pair and args.rank != "serial":
         ap.error("--pair ranks pairs where SGLang runs them, in the serial schedule: give --rank serial too")
+    if args.pair and args.serial_table:
+        ap.error("--pair writes the pair table, --serial-table the serial table: give one")
     if not torch.cuda.is_available():
         print("tune needs a CUDA GPU", file=sys.stderr)
         return 2

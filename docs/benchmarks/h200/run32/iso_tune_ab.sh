@@ -13,6 +13,8 @@
 # A row ships where A's routed is below B's at its shape, the result exact (N=1024 is left out: its single
 # rows serve every ratio-128 layer's serial call, so the serial schedule decides there).
 #   G_M="2 4" bash docs/benchmarks/h200/run32/iso_tune_ab.sh [N...]   # timeout_s 580
+# As run (32a-d) the tune left the shipped rows out (--no-vs-shipped: with --rank isolated it would have timed the
+# fast table's). The tuner has --serial-table since (stop 45): with it the serial table's shipped row is a finalist.
 set -uo pipefail
 . docs/benchmarks/h200/run20/common.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
