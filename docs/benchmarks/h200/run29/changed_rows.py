@@ -1,6 +1,7 @@
-"""changed_rows.py SHIPPED TUNED OUT: the rows of TUNED whose key has another kernel in SHIPPED (libtype and
-kernelName; a key SHIPPED lacks counts as changed), written to OUT with TUNED's header; prints them. Exit 1
-when none changed (nothing to A/B). Run 29's tune_ab.sh."""
+"""changed_rows.py [--kernels-only] SHIPPED TUNED OUT: the rows of TUNED whose key has another kernel in SHIPPED
+(libtype and kernelName; a key SHIPPED lacks counts as changed), written to OUT with TUNED's header; prints them.
+--kernels-only leaves out torch rows (run 32's isolated tunes of serial rows, whose calls never go to torch).
+Exit 1 when none changed (nothing to A/B). Run 29's tune_ab.sh, run 32's iso_tune_ab.sh."""
 
 import csv
 import sys
@@ -12,7 +13,7 @@ def rows(path: str) -> tuple[list[str], list[list[str]]]:
     return table[0], table[1:]
 
 
-def main(shipped: str, tuned: str, out: str) -> int:
+def main(shipped: str, tuned: str, out: str, kernels_only: bool = False) -> int:
     try:
         thead, new = rows(tuned)
     except (OSError, IndexError) as e:
@@ -24,7 +25,8 @@ def main(shipped: str, tuned: str, out: str) -> int:
     routed = {tuple(r[i] for i in key): tuple(r[i] for i in what) for r in ship}
     tkey = [thead.index(head[i]) for i in key]
     twhat = [thead.index(head[i]) for i in what]
-    changed = [r for r in new if routed.get(tuple(r[i] for i in tkey)) != tuple(r[i] for i in twhat)]
+    changed = [r for r in new if routed.get(tuple(r[i] for i in tkey)) != tuple(r[i] for i in twhat)
+               and not (kernels_only and r[twhat[0]] == "torch")]
     with open(out, "w", newline="") as f:
         csv.writer(f, lineterminator="\n").writerows([thead, *changed])
     for r in changed:
@@ -36,4 +38,6 @@ def main(shipped: str, tuned: str, out: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    args = sys.argv[1:]
+    only = "--kernels-only" in args
+    sys.exit(main(*[a for a in args if a != "--kernels-only"], kernels_only=only))

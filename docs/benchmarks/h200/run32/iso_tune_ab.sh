@@ -7,7 +7,8 @@
 #  1. tune --rank isolated at K=7168, M in G_M (default 2 4), N given (default 512 2048 2560), backends
 #     G_BACKENDS (default cutedsl-dot triton), budget G_BUDGET s (default 270);
 #  2. its non-torch rows that differ from the serial table -> $OUT/iso_tune/sm90_32_iso_serial.csv (the
-#     _serial name puts them in the serial table when laid over);
+#     _serial name puts them in the serial table when laid over; as run in 32a-d an inline filter wrote them,
+#     changed_rows.py --kernels-only since, the same rows);
 #  3. isolated calls (graph replay; torch, SGLang's CuTe-DSL kernel, ll_bf16 at its best config, routed) at
 #     those M and N: A = the rows laid over the packaged tables, then B = the packaged tables.
 # A row ships where A's routed is below B's at its shape, the result exact (N=1024 is left out: its single
@@ -29,18 +30,7 @@ timeout -k 10 $((budget + 40)) python3 -m sglang_fp32gemm tune --rank isolated -
   --out "$d/iso.csv" --summary "$d/summary.json" --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
 echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 12 | cut -c1-260
 rows=$d/sm90_32_iso_serial.csv
-python3 docs/benchmarks/h200/run29/changed_rows.py configs/sm90_serial.csv "$d/iso.csv" "$d/changed.csv" > /dev/null
-python3 - "$d/changed.csv" "$rows" "$ms" "${ns[*]}" <<'PY' || exit 0
-import csv, sys
-src, out, ms, ns = sys.argv[1], sys.argv[2], set(sys.argv[3].split()), set(sys.argv[4].split())
-head, *body = list(csv.reader(open(src, newline="")))
-i = {c: head.index(c) for c in ("M", "N", "libtype", "kernelName")}
-keep = [r for r in body if r[i["M"]] in ms and r[i["N"]] in ns and r[i["libtype"]] != "torch"]
-csv.writer(open(out, "w", newline=""), lineterminator="\n").writerows([head, *keep])
-for r in keep:
-    print(f"candidate row M={r[i['M']]} N={r[i['N']]}: {r[i['libtype']]} {r[i['kernelName']]}")
-sys.exit(0 if keep else print("no non-torch row differs from the serial table: no A/B") or 1)
-PY
+python3 docs/benchmarks/h200/run29/changed_rows.py --kernels-only configs/sm90_serial.csv "$d/iso.csv" "$rows" || exit 0
 for v in A B; do
   o=$OUT/iso/$v; mkdir -p "$o"; cfg=$rows; [ $v = B ] && cfg=
   # shellcheck disable=SC2086
