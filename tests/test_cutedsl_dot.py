@@ -9,6 +9,8 @@ its PTX read for what the design promises.
 
 from __future__ import annotations
 
+import dataclasses
+
 import importlib.util
 import re
 import subprocess
@@ -43,6 +45,8 @@ def test_names_round_trip(cfg):
     ("cutedsl_dot_m2_t448_r1_bx_pdl", "is not of the form"),
     ("cutedsl_dot_m1_t448_r1_mb1_pdl", "is not of the form"),
     ("cutedsl_dot_m1_t448_r1_g132_pdl", "is not of the form"),  # _g comes last
+    ("cutedsl_dot_m1_t448_r1_lw", "is not of the form"),        # a placement only with _pdl
+    ("cutedsl_dot_m2_t448_r1_pdl_bx_lw", "is not of the form"),  # right after it
     ("cutedsl_dot_m1_t448_r1_pdl_g0", "is not of the form"),    # no cap is no suffix
     ("cutedsl_dot_m1_t448_r1_pdl_g0132", "is not of the form"),  # one spelling per cap
     ("cutedsl_warpsplitk_o16_t8_k256_s8_b1", "is not of the form"),
@@ -150,6 +154,27 @@ def test_candidates_only_at_m_1_2_4_and_every_one_takes_the_shape():
         assert not any(c.min_blocks and not c.branchless_x for c in cands)
 
 
+def test_with_pdl_every_uncapped_form_is_also_offered_with_each_placement(monkeypatch):
+    """Stop 46: with PDL (sm90+) the candidates end with the ``_ls`` and ``_lw`` placements of every uncapped form
+    at M=1 and of every ``_bx`` form at M 2 and 4 (the plain-x and capped forms keep the plain placement); none
+    without PDL."""
+    from sglang_fp32gemm.backends import cutedsl_dot
+
+    b = CuteDSLDotBackend()
+    assert not any(c.placement for c in b.candidates(2, 2048, 7168))  # this CPU: no PDL, no placement
+    monkeypatch.setattr(cutedsl_dot, "sm90_or_later", lambda: True)
+    for m in (1, 2, 4):
+        cands = b.candidates(m, 2048, 7168)
+        plain = [c for c in cands if not c.placement]
+        placed = [c for c in cands if c.placement]
+        assert cands[:len(plain)] == plain, "placements come last"
+        want = [dataclasses.replace(c, placement=p) for p in ("ls", "lw") for c in plain
+                if not c.ctas_cap and (c.branchless_x or m == 1)]
+        assert placed == want and len(set(cands)) == len(cands)
+        assert all(b.supports(c, m, 2048, 7168)[0] for c in placed)
+    assert "cutedsl_dot_m2_t224_r1_pdl_lw_bx_mb1" in {c.name for c in b.candidates(2, 2560, 7168)}
+
+
 _SIZES_AGREE = """
 import math
 from sglang_fp32gemm.backends import cutedsl_dot
@@ -245,6 +270,32 @@ def test_the_capped_form_loops_over_its_blocks_with_the_plain_forms_body(tmp_pat
     loop = body[body.index("nounroll"):]
     wait = loop.index("griddepcontrol.wait")
     assert len(re.findall(r"ld\.global[.a-z0-9]*\.v4", loop[:wait])) == 2  # this trip's W (K = 2 x 448 x 8)
+
+
+@pytest.mark.parametrize("placement", ["ls", "lw"])
+def test_the_placement_forms_move_only_the_pdl_instructions(tmp_path, placement):
+    """``_ls`` / ``_lw`` (stop 46): the release after the store; ``_lw`` also the wait before the first load
+    (vLLM's dot kernel's placement). The same loads, multiply-adds and stores, in the same order, so the same
+    bits: the form without them is the order reference for both."""
+    (tmp_path / "plain").mkdir()
+    (tmp_path / placement).mkdir()
+    cfg = DotConfig(2, 448, 1, True, True, True, 0, placement)
+    assert DotConfig.parse(cfg.name) == cfg and cfg.name == f"cutedsl_dot_m2_t448_r1_pdl_{placement}_bx_mb1"
+    with pytest.raises(ValueError, match="only with pdl"):
+        DotConfig(2, 448, 1, False, placement=placement)
+    plain = _compile_and_read_ptx(tmp_path / "plain", DotConfig(2, 448, 1, True, True, True), 2048, 7168)
+    moved = _compile_and_read_ptx(tmp_path / placement, cfg, 2048, 7168)
+    body = moved[moved.index(".entry"):]
+    loads = [mt.start() for mt in re.finditer(r"ld\.global[.a-z0-9]*\.v4", body)]
+    assert body.count("griddepcontrol.wait") == 1 and body.count("griddepcontrol.launch_dependents") == 1
+    wait, release = body.index("griddepcontrol.wait"), body.index("griddepcontrol.launch_dependents")
+    before = sum(1 for p in loads if p < wait)
+    assert before == (0 if placement == "lw" else 2), before  # K = 2 x 448 x 8: a thread's W vectors
+    assert release > max(mt.start() for mt in re.finditer(r"st\.global", body))
+    for pattern in (r"ld\.global[.a-z0-9]*\.v4", r"\bfma\.rn\.f32\b.*", r"st\.global", r"shfl\.sync"):
+        assert re.findall(pattern, plain) == re.findall(pattern, moved), pattern
+    plain_body = plain[plain.index(".entry"):]
+    assert plain_body.index("griddepcontrol.launch_dependents") < plain_body.index("st.global")
 
 
 def _branches_between_wait_and_release(ptx: str) -> int:

@@ -68,6 +68,23 @@ def test_capped_forms_are_exact_and_give_the_plain_forms_bits(cfg, n, k):
             check(out, x, w, cfg.threads)
 
 
+@pytest.mark.parametrize("name, n", [("cutedsl_dot_m2_t224_r1_pdl_lw_bx_mb1", 2048),   # the rows of run 33
+                                     ("cutedsl_dot_m4_t224_r2_pdl_lw_bx", 2048),
+                                     ("cutedsl_dot_m2_t896_r2_pdl_ls_bx", 1024),
+                                     ("cutedsl_dot_m1_t448_r1_pdl_ls", 2048)])
+def test_placement_forms_are_exact_and_safe_right_after_the_kernel_that_writes_x(name, n):
+    # _ls / _lw (stop 46) move PDL's wait and release: every M exact with the order reference's bits, and under
+    # graph replay right after the kernel that writes x (with _lw nothing is loaded before the wait).
+    cfg, k = DotConfig.parse(name), 7168
+    fn = bound(cfg, n, k)
+    w = rnd(n, k)
+    for mm in range(1, cfg.max_m + 1):
+        x = rnd(mm, k)
+        check(poisoned_call(fn, x, w), x, w, cfg.threads)
+    for out, x in replays_after_the_writer(fn, w, cfg.max_m):
+        check(out, x, w, cfg.threads)
+
+
 def test_strided_and_misaligned_x():
     cfg, n, k = DotConfig(4, 128, 2, True), 1024, 7168
     fn = bound(cfg, n, k)
@@ -93,7 +110,8 @@ def test_a_misaligned_weight_raises_instead_of_loading_it_misaligned():
 
 
 @pytest.mark.parametrize("cfg, k", [(DotConfig(1, 448, 1, True), 7168), (DotConfig(2, 448, 2, True), 7168),
-                                    (DotConfig(4, 128, 2, False), 4096)])
+                                    (DotConfig(4, 128, 2, False), 4096),
+                                    (DotConfig.parse("cutedsl_dot_m2_t224_r1_pdl_lw_bx_mb1"), 7168)])  # run 33
 def test_the_pair_form_gives_each_output_the_single_forms_bits(cfg, k):
     """DeepSeek-V4's ratio-4 pair (N=512 and N=2048 on the same x) in one launch: each output NaN-poisoned
     first, fp32-exact and bit for bit the single form's call on its own weight, at every M of the form."""
@@ -114,8 +132,9 @@ def test_the_pair_form_gives_each_output_the_single_forms_bits(cfg, k):
         assert torch.equal(out, single(x, w)) and torch.equal(out2, single2(x, w2))
 
 
-def test_the_pair_form_under_graph_replay_with_pdl_after_the_kernel_that_writes_x():
-    cfg, k = DotConfig(1, 448, 1, True), 7168
+@pytest.mark.parametrize("cfg", [DotConfig(1, 448, 1, True), DotConfig.parse("cutedsl_dot_m2_t224_r1_pdl_lw_bx_mb1")])
+def test_the_pair_form_under_graph_replay_with_pdl_after_the_kernel_that_writes_x(cfg):
+    k = 7168
     ok, why = CuteDSLDotBackend().available()
     if not ok:
         pytest.skip(why)
@@ -127,6 +146,6 @@ def test_the_pair_form_under_graph_replay_with_pdl_after_the_kernel_that_writes_
         out, got["out2"] = pair(x, w_, w2)
         return out
 
-    for out, x in replays_after_the_writer(both, w, 1):
+    for out, x in replays_after_the_writer(both, w, cfg.max_m):
         check(out, x, w, cfg.threads)
         check(got["out2"], x, w2, cfg.threads)

@@ -23,9 +23,13 @@ MAX_M = 4                 # the dot product wins only at the smallest M (issue 1
 ROWS = (1, 2, 4)
 #: The ``_g`` caps ``candidates`` offers: one and two CTAs an SM of a 132-SM H100/H200.
 CAPS = (132, 264)
-_FORM = "cutedsl_dot_m<MAX_M>_t<THREADS>_r<ROWS>[_pdl][_bx][_mb1][_g<CTAS>]"
-_NAME_RE = re.compile(r"^cutedsl_dot_m(?P<m>\d+)_t(?P<t>\d+)_r(?P<r>\d+)(?P<pdl>_pdl)?(?P<bx>_bx)?(?P<mb1>_mb1)?"
-                      r"(?:_g(?P<g>[1-9]\d*))?$")
+#: Where a ``_pdl`` form's wait and release sit (``cutedsl_dot_kernel.py``): "" W loads before the wait, release
+#: after the multiply-adds; ``_ls`` release after the store; ``_lw`` also the wait before any load (vLLM's dot
+#: kernel's placement, the lead of stop 45's SASS reading; docs/backends/cutedsl_dot.md).
+PLACEMENTS = ("", "ls", "lw")
+_FORM = "cutedsl_dot_m<MAX_M>_t<THREADS>_r<ROWS>[_pdl[_ls|_lw]][_bx][_mb1][_g<CTAS>]"
+_NAME_RE = re.compile(r"^cutedsl_dot_m(?P<m>\d+)_t(?P<t>\d+)_r(?P<r>\d+)(?:(?P<pdl>_pdl)(?:_(?P<pl>ls|lw))?)?"
+                      r"(?P<bx>_bx)?(?P<mb1>_mb1)?(?:_g(?P<g>[1-9]\d*))?$")
 # A thread keeps rows x K / (8 x threads) 16-byte W vectors in registers.
 MAX_W_VECTORS = 32
 
@@ -48,6 +52,9 @@ class DotConfig:
     #: flight at once) hold up the other streams' kernels more (docs/backends/cutedsl_dot.md; run 26, H100);
     #: the same sums, so the same bits.
     ctas_cap: int = 0
+    #: ``_ls`` / ``_lw``: where PDL's wait and release sit (``PLACEMENTS``); only with ``pdl``. The same sums in
+    #: the same order, so the same bits.
+    placement: str = ""
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_m <= MAX_M:
@@ -60,12 +67,19 @@ class DotConfig:
             raise ValueError("_bx: max_m=1 has one row of x and no branch to remove")
         if self.ctas_cap < 0:
             raise ValueError(f"ctas_cap={self.ctas_cap}: must be >= 0 (0: no cap)")
+        if self.placement not in PLACEMENTS or (self.placement and not self.pdl):
+            raise ValueError(f"placement={self.placement!r}: one of {PLACEMENTS}, and only with pdl")
 
     @property
     def name(self) -> str:
         return (f"cutedsl_dot_m{self.max_m}_t{self.threads}_r{self.rows}" + ("_pdl" if self.pdl else "")
-                + ("_bx" if self.branchless_x else "") + ("_mb1" if self.min_blocks else "")
-                + (f"_g{self.ctas_cap}" if self.ctas_cap else ""))
+                + (f"_{self.placement}" if self.placement else "") + ("_bx" if self.branchless_x else "")
+                + ("_mb1" if self.min_blocks else "") + (f"_g{self.ctas_cap}" if self.ctas_cap else ""))
+
+    @property
+    def placed(self) -> dict:
+        """The kernel's PDL placement arguments: ``_lw`` waits before any load; both release after the store."""
+        return {"wait_first": self.placement == "lw", "release_last": bool(self.placement)}
 
     def ctas(self, n: int) -> int:
         """CTAs a call launches: one for each ``rows`` rows of W, at most ``ctas_cap`` (``compile_form`` checks
@@ -78,7 +92,7 @@ class DotConfig:
         if g is None:
             raise ValueError(f"kernelName {name!r} is not of the form {_FORM}")
         return cls(int(g["m"]), int(g["t"]), int(g["r"]), g["pdl"] is not None, g["bx"] is not None,
-                   g["mb1"] is not None, int(g["g"] or 0))
+                   g["mb1"] is not None, int(g["g"] or 0), g["pl"] or "")
 
     @classmethod
     def parse_pair(cls, name: str) -> "DotConfig":
@@ -131,14 +145,15 @@ def compile_kernel(cfg: DotConfig, n: int, k: int) -> Any:
     from sglang_fp32gemm.backends.cutedsl_dot_kernel import DotKernel
 
     return compile_form(DotKernel(n, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC, cfg.branchless_x,
-                                  cfg.min_blocks, cfg.ctas_cap), cfg, n, k)
+                                  cfg.min_blocks, cfg.ctas_cap, **cfg.placed), cfg, n, k)
 
 
 def compile_pair(cfg: DotConfig, n: int, n2: int, k: int) -> Any:
     """The TVM-FFI function ``f(x, w, out, w2, out2)``: both products of ``cfg``'s form in one launch."""
     from sglang_fp32gemm.backends.cutedsl_dot_kernel import DotPairKernel
 
-    kern = DotPairKernel(n, n2, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC, cfg.branchless_x, cfg.min_blocks)
+    kern = DotPairKernel(n, n2, k, cfg.threads, cfg.rows, cfg.max_m, cfg.pdl, VEC, cfg.branchless_x, cfg.min_blocks,
+                         **cfg.placed)
     return compile_form(kern, cfg, n, k, n2=n2)
 
 
@@ -166,7 +181,9 @@ class CuteDSLDotBackend(TvmFfiBackend):
         as ``_bx`` and ``_bx_mb1`` (the plain form stays there, to compare). Then a few ``_g`` forms, each
         ``CAPS`` cap of the smallest (>= 128) and largest (<= 512) thread count that tiles K at rows 1 and 4
         (``_bx`` at M 2 and 4): launches light enough to leave room beside SGLang's other streams, which the
-        region rank offers as its lightest (``Tuner.lightest``)."""
+        region rank offers as its lightest (``Tuner.lightest``). Last, with PDL, the ``_ls`` and ``_lw``
+        placements of every uncapped form at M=1 and every ``_bx`` form at M 2 and 4 (alone on an H100 they
+        were 2-7% faster than the same form's plain placement at M 1-2, run 33b; the capped form was slower)."""
         if m not in (1, 2, 4):
             return []
         pdl = sm90_or_later()
@@ -185,6 +202,9 @@ class CuteDSLDotBackend(TvmFfiBackend):
                     cfg = DotConfig(m, threads, rows, pdl, m > 1, False, cap)
                     if cfg.check_shape(m, n, k)[0]:
                         out.append(cfg)
+        if pdl:
+            out += [dataclasses.replace(c, placement=p) for p in PLACEMENTS[1:] for c in list(out)
+                    if not c.ctas_cap and (c.branchless_x or m == 1)]
         return out
 
     def bind_pair(self, cfg: DotConfig, device: torch.device, n: int, n2: int, k: int) -> PairFn:

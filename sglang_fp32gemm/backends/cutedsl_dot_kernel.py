@@ -8,7 +8,9 @@ whole K; each of its ``threads`` threads loads ``iters`` 16-byte vectors of
 each row (K = iters x threads x 8, every offset known when compiled), into
 registers, before it multiplies anything. With ``pdl`` those loads are
 issued before ``griddepcontrol.wait`` (W does not depend on the kernel
-before this one) and x is read after it. There is no split-K: no
+before this one) and x is read after it (``wait_first``: before any load;
+``release_last``: dependents released after the store, not after the
+multiply-adds; ``cutedsl_dot.PLACEMENTS``). There is no split-K: no
 workspace, no atomics, no second kernel.
 
 Why it is exact: every product is bf16 x bf16, exact in fp32 (fused
@@ -32,7 +34,8 @@ class DotKernel:
     """One compiled form: (N, K) fixed, M <= ``max_m`` at run time; ``vec`` bf16 a load (8: 16 bytes)."""
 
     def __init__(self, n: int, k: int, threads: int, rows: int, max_m: int, pdl: bool, vec: int,
-                 branchless_x: bool = False, min_blocks: bool = False, ctas_cap: int = 0) -> None:
+                 branchless_x: bool = False, min_blocks: bool = False, ctas_cap: int = 0,
+                 wait_first: bool = False, release_last: bool = False) -> None:
         if threads % 32 or k % (vec * threads) or n % rows:
             raise ValueError(f"threads={threads}, rows={rows} do not tile N={n}, K={k}")
         if ctas_cap < 0:
@@ -40,6 +43,7 @@ class DotKernel:
         self.n, self.k, self.threads, self.rows, self.max_m, self.pdl = n, k, threads, rows, max_m, pdl
         self.vec = vec
         self.branchless_x = branchless_x
+        self.wait_first, self.release_last = wait_first, release_last  # with pdl only (DotConfig's rule)
         # ``_mb1``: at least one CTA an SM (``.minnctapersm 1``); otherwise no occupancy hint, as before.
         self.hints = {"min_blocks_per_mp": 1} if min_blocks else {}
         self.iters = k // (vec * threads)
@@ -61,6 +65,7 @@ class DotKernel:
     @cute.kernel
     def kernel(self, x: cute.Tensor, w: cute.Tensor, out: cute.Tensor):
         bid, _, _ = cute.arch.block_idx()
+        self.wait_at_top()
         if const_expr(self.grid[0] == self.blocks):
             self.rows_of(x, w, out, bid * self.rows, self.reduction_buffer())
         else:
@@ -70,6 +75,20 @@ class DotKernel:
             for blk in cutlass.range(bid, self.blocks, self.grid[0], unroll=1):
                 self.rows_of(x, w, out, blk * self.rows, red)
                 cute.arch.sync_threads()  # the next block's rows write `red` again
+        self.release_at_end()
+
+    @cute.jit
+    def wait_at_top(self):
+        """``lw``: wait for the kernel before this one before any load (else ``rows_of`` waits after W)."""
+        if const_expr(self.wait_first):
+            cute.arch.griddepcontrol_wait()
+
+    @cute.jit
+    def release_at_end(self):
+        """``ls``/``lw``: release the dependents after this CTA's stores (else ``rows_of`` does, after the
+        multiply-adds); a CTA that exits without it releases them as it exits."""
+        if const_expr(self.release_last):
+            cute.arch.griddepcontrol_launch_dependents()
 
     @cute.jit
     def reduction_buffer(self) -> cute.Tensor:
@@ -97,7 +116,7 @@ class DotKernel:
                 wr.append(dst)
 
         # 2. x is written by the kernel before this one.
-        if const_expr(self.pdl):
+        if const_expr(self.pdl and not self.wait_first):
             cute.arch.griddepcontrol_wait()
 
         acc = cute.make_rmem_tensor((rows * max_m,), cutlass.Float32)
@@ -111,7 +130,7 @@ class DotKernel:
             elif mm < m_run:
                 self.multiply_row(x, wr, acc, mm, mm)
 
-        if const_expr(self.pdl):
+        if const_expr(self.pdl and not self.release_last):
             # Dependents still wait for this whole grid before they read out.
             cute.arch.griddepcontrol_launch_dependents()
 
@@ -156,10 +175,12 @@ class DotPairKernel(DotKernel):
     ``DotKernel`` call of the same form, and one launch pays one launch's fixed cost for both."""
 
     def __init__(self, n: int, n2: int, k: int, threads: int, rows: int, max_m: int, pdl: bool, vec: int,
-                 branchless_x: bool = False, min_blocks: bool = False) -> None:
+                 branchless_x: bool = False, min_blocks: bool = False, wait_first: bool = False,
+                 release_last: bool = False) -> None:
         if n2 <= 0 or n2 % rows:
             raise ValueError(f"rows={rows} does not tile N2={n2}")
-        super().__init__(n, k, threads, rows, max_m, pdl, vec, branchless_x, min_blocks)  # no ``_g`` cap
+        super().__init__(n, k, threads, rows, max_m, pdl, vec, branchless_x, min_blocks, 0,  # no ``_g`` cap
+                         wait_first, release_last)
         self.n2 = n2
         self.first = n // rows                    # the CTAs on (w, out)
         self.grid = (self.first + n2 // rows, 1, 1)
@@ -175,7 +196,9 @@ class DotPairKernel(DotKernel):
         # One buffer, allocated before the branch: each body allocating its own placed the second past the
         # launch's smem (H100, run 21: an illegal address at M >= 2).
         red = self.reduction_buffer()
+        self.wait_at_top()
         if bid < self.first:
             self.rows_of(x, w, out, bid * self.rows, red)
         else:
             self.rows_of(x, w2, out2, (bid - self.first) * self.rows, red)
+        self.release_at_end()
