@@ -253,15 +253,16 @@ def test_the_region_hook_traces_under_fullgraph_compile():
 def test_the_packaged_pair_rows_route_v4_pro_at_m_1_to_64_and_v4_flash_at_m_1_to_16(monkeypatch):
     """configs/sm90_pair.csv: V4-Pro's ratio-4 pair (runs 23-24, M 1-16; run 31i, M 32 and 64) is one launch at
     M 1-64 and V4-Flash's (run 25b) at M 1-16 on a 132-SM sm90 device (the M between rows by aiter's bucketing),
-    each call its own route above. V4-Pro: the dot pair at M=1, Triton's above; V4-Flash: the dot pair at M 1-2
-    (M=2 a _bx form), Triton's above."""
+    each call its own route above. V4-Pro: the dot pair at M 1-2 (M=2 an _lw placement, run 33f), Triton's
+    above; V4-Flash: the dot pair at M 1-2 (M=2 a _bx form), Triton's above."""
     monkeypatch.delenv("SGLANG_FLYDSL_FP32_GEMM_CONFIG", raising=False)
     code, text = explain_mod.explain("sm90:132", max_m=128)
     assert code == 0, text
     assert "pair table: configs/sm90_pair.csv (" in text
     # (K, rows of the dot pair from M=1 as (kernel, file line), the Triton kernel of the rest or "" for any, the
     # first M with no pair row)
-    for k, dot, triton, beyond in ((7168, [("cutedsl_dot_m1_t448_r1_pdl", 2)], "", 65),
+    for k, dot, triton, beyond in ((7168, [("cutedsl_dot_m1_t448_r1_pdl", 2),
+                                           ("cutedsl_dot_m2_t224_r1_pdl_lw_bx_mb1", 3)], "", 65),
                                    (4096, [("cutedsl_dot_m1_t256_r1_pdl", 7), ("cutedsl_dot_m2_t256_r1_pdl_bx", 8)],
                                     "triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s4", 17)):
         block = text.split(f"N=512+2048 K={k}")[1].split("  N=")[0]
@@ -275,8 +276,6 @@ def test_the_packaged_pair_rows_route_v4_pro_at_m_1_to_64_and_v4_flash_at_m_1_to
     for ms, kernel, line_no in (("17-32", "triton_epoch_fp32_bm32_bn64_bk64_sk8_w4_s4", 12),
                                 ("33-64", "triton_epoch_fp32_bm64_bn64_bk64_sk8_w4_s4", 13)):
         assert f"M={ms:<9}triton {kernel} pair 512+2048 (row configs/sm90_pair.csv:{line_no})" in text, text
-    # V4-Pro's M=2 row (run 24d): Triton's pair, line 3.
-    assert "M=2        triton triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s4 pair 512+2048 (row configs/sm90_pair.csv:3)" in text
 
 
 def test_a_pair_row_naming_a_capped_dot_form_stops_the_start_up_naming_its_line(tmp_path):
