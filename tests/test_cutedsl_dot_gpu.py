@@ -34,11 +34,14 @@ def check(out, x, w, threads):
 @pytest.mark.parametrize("n, k", [(512, 7168), (2560, 7168), (1024, 4096), (2048, 5120)])
 def test_candidates_are_exact_and_equal_their_order_reference(n, k):
     # Every thread/row form (the M=4 candidates, run at each M up to 4); the first form of M 1 and 2, and M=1's
-    # _mb1 forms (the launch's occupancy hint; every thread count, the smallest row count of each).
+    # _mb1 forms (the launch's occupancy hint; every thread count, the smallest row count of each). The PDL
+    # placements (_ls, _lw) only move two instructions and have their own test below: with them the M=4
+    # candidates double, and on an H100 the file did not finish in 140 s (run 33j: two of this test's shapes).
     b = CuteDSLDotBackend()
-    ones = b.candidates(1, n, k)
+    ones = [c for c in b.candidates(1, n, k) if not c.placement]
     mb1 = {c.threads: c for c in reversed(ones) if c.min_blocks}
-    cfgs = b.candidates(4, n, k) + b.candidates(2, n, k)[:1] + ones[:1] + sorted(mb1.values(), key=lambda c: c.threads)
+    cfgs = ([c for c in b.candidates(4, n, k) if not c.placement] + b.candidates(2, n, k)[:1] + ones[:1]
+            + sorted(mb1.values(), key=lambda c: c.threads))
     assert len(cfgs) >= 3
     w = rnd(n, k)
     for cfg in cfgs:
