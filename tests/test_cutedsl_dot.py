@@ -10,7 +10,6 @@ its PTX read for what the design promises.
 from __future__ import annotations
 
 import dataclasses
-
 import importlib.util
 import re
 import subprocess
