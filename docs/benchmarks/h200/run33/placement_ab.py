@@ -15,7 +15,12 @@ tune's next best at the isolated misses of run 32e) the three placements are
   rerank: what a call adds there), where the serial table's rows serve every serial step (N=1024).
 
     python3 docs/benchmarks/h200/run33/placement_ab.py OUT_DIR [--rounds 5] [--shapes 2x2048,...]
-        [--serial 2x1024]
+        [--serial 2x1024] [--forms dot|triton]
+
+``--forms triton`` (stop 46, not yet run): Triton's ``_pdl`` forms and their ``_pdl_ls`` twins (the release after
+the output's writes), at the shapes where the isolated target still missed in run 33d (N=2048 M 8-16) and at
+N=1024 M 4-16 (the serial rows; ``--serial`` ranks them in the serial schedule, with the best ``_lw`` dot
+forms at M=4). The epoch kernel's atomics make its bits run-dependent: no bits check for those.
 
 Writes OUT_DIR/placement_ab.json (rewritten after every shape) and prints one line per form.
 """
@@ -33,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
 
 from sglang_fp32gemm import exactness  # noqa: E402
 from sglang_fp32gemm.backends.cutedsl_dot import PLACEMENTS, CuteDSLDotBackend, DotConfig  # noqa: E402
+from sglang_fp32gemm.backends.triton import TritonEpochBackend  # noqa: E402
 from sglang_fp32gemm.tools import common, timing, vllm_peer  # noqa: E402
 from sglang_fp32gemm.tools.tuner import Candidate, Tuner  # noqa: E402
 
@@ -50,8 +56,34 @@ FORMS = {
 }
 
 
+#: --forms triton: (M, N) -> Triton PDL forms (each also as _pdl_ls) and dot forms (their three placements).
+TRITON_FORMS = {
+    (8, 2048): ["triton_epoch_fp32_bm16_bn64_bk64_sk7_w4_s4_pdl", "triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s4_pdl"],
+    (16, 2048): ["triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s4_pdl", "triton_epoch_fp32_bm16_bn64_bk64_sk7_w4_s4_pdl"],
+    (4, 1024): ["triton_epoch_fp32_bm16_bn64_bk64_sk14_w4_s6_pdl", "triton_epoch_fp32_bm16_bn128_bk128_sk28_w4_s3_pdl",
+                "cutedsl_dot_m4_t224_r2_pdl_bx", "cutedsl_dot_m4_t224_r4_pdl_bx_mb1"],
+    (8, 1024): ["triton_epoch_fp32_bm16_bn64_bk64_sk16_w4_s4_pdl", "triton_epoch_fp32_bm16_bn128_bk128_sk28_w4_s3_pdl"],
+    (16, 1024): ["triton_epoch_fp32_bm16_bn64_bk64_sk14_w4_s6_pdl", "triton_epoch_fp32_bm16_bn128_bk128_sk28_w4_s3_pdl"],
+}
+
+
 def placed(name: str, placement: str) -> str:
     return dataclasses.replace(DotConfig.parse(name), placement=placement).name
+
+
+def variants(name: str) -> list[str]:
+    """A form in each placement its backend has: the dot kernel's three, Triton's ``_pdl`` and ``_pdl_ls``."""
+    if name.startswith("cutedsl_dot_"):
+        return [placed(name, p) for p in PLACEMENTS]
+    return [name, name + "_ls"]
+
+
+def placement_of(name: str) -> str:
+    return DotConfig.parse(name).placement if name.startswith("cutedsl_dot_") else "ls" * name.endswith("_ls")
+
+
+def backend_of(name: str, dot, triton):
+    return dot if name.startswith("cutedsl_dot_") else triton
 
 
 def shapes_arg(text: str) -> list[tuple[int, int]]:
@@ -75,32 +107,39 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out_dir")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--shapes", type=shapes_arg, default=list(FORMS))
-    ap.add_argument("--serial", type=shapes_arg, default=[(2, 1024)])
+    ap.add_argument("--forms", choices=("dot", "triton"), default="dot")
+    ap.add_argument("--shapes", type=shapes_arg, default=None, help="default: every shape of --forms")
+    ap.add_argument("--serial", type=shapes_arg, default=None, help="default: 2x1024 (dot), 4x1024 (triton)")
     args = ap.parse_args(argv)
+    forms = FORMS if args.forms == "dot" else TRITON_FORMS
+    args.shapes = args.shapes or list(forms)
+    args.serial = args.serial if args.serial is not None else [(2, 1024) if args.forms == "dot" else (4, 1024)]
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda")
-    b = CuteDSLDotBackend()
-    ok, why = b.available()
-    if not ok:
-        print(f"cutedsl-dot unavailable: {why}")
-        return 2
+    b, tb = CuteDSLDotBackend(), TritonEpochBackend()
+    for be in (b, tb) if args.forms == "triton" else (b,):
+        ok, why = be.available()
+        if not ok:
+            print(f"{be.name} unavailable: {why}")
+            return 2
     peer, why_peer = vllm_peer.load(device)
     print(f"vLLM ll_bf16: {'ok ' + str(vllm_peer.source()) if peer else why_peer}", flush=True)
     log = common.JsonLog(str(out / "placement_ab_log.jsonl.gz"))
     timer = timing.CudaTimer()
-    tuner = Tuner([b], device, timer, log, rank="isolated")
-    serial = Tuner([b], device, timer, log, rank="serial", rounds=3)
+    tuner = Tuner([b, tb], device, timer, log, rank="isolated")
+    serial = Tuner([b, tb], device, timer, log, rank="serial", rounds=3)
     serial.binds = tuner.binds  # one compile a form
     results, sweeps = [], {}
     for m, n in args.shapes:
-        names = [placed(base, p) for base in FORMS[(m, n)] for p in PLACEMENTS]
+        names = [v for base in forms[(m, n)] for v in variants(base)]
         cands, checks = {}, {}
         for kernel in names:
-            c = Candidate(b, DotConfig.parse(kernel), kernel, True)
+            be = backend_of(kernel, b, tb)
+            cfg = be.parse(kernel)
+            c = Candidate(be, cfg, kernel, be.deterministic(cfg))
             res = tuner.check(c, m, n, K, "check")
-            if res is not None and res.repeatable:
+            if res is not None and (res.repeatable or not c.deterministic):
                 cands[kernel], checks[kernel] = c, res
             elif res is not None:
                 print(f"  {kernel}: exact but not the same bits three times running; left out", flush=True)
@@ -132,26 +171,27 @@ def main(argv: list[str]) -> int:
         print(f"M={m} N={n}: torch {med.get('torch', float('nan')):.2f}, vLLM {peer_cfg} "
               f"{peer_us if peer_us is None else round(peer_us, 2)}"
               + (f"; serial torch {torch_serial:.2f}" if torch_serial is not None else ""), flush=True)
-        for base in FORMS[(m, n)]:
-            variants = [placed(base, p) for p in PLACEMENTS]
-            fns = [tuner._fn(cands[v], n, K) for v in variants if v in cands]
-            bits = len(fns) == len(variants) and same_bits(fns, sorted({1, m}), n, device)
+        for base in forms[(m, n)]:
+            forms_of = variants(base)
+            fns = [tuner._fn(cands[v], n, K) for v in forms_of if v in cands]
+            bits = (len(fns) == len(forms_of) and all(cands[v].deterministic for v in forms_of)
+                    and same_bits(fns, sorted({1, m}), n, device))
             rec = dict(M=m, N=n, K=K, base=base, same_bits=bits,
-                       exact={v: v in checks for v in variants},
-                       rel_err={v: checks[v].rel_err for v in variants if v in checks},
-                       alone_us={v: alone.get(v) for v in variants}, serial_us={v: serial_us.get(v) for v in variants},
+                       exact={v: v in checks for v in forms_of},
+                       rel_err={v: checks[v].rel_err for v in forms_of if v in checks},
+                       alone_us={v: alone.get(v) for v in forms_of}, serial_us={v: serial_us.get(v) for v in forms_of},
                        torch_us=med.get("torch"), peer=peer_cfg, peer_us=peer_us, torch_serial_us=torch_serial)
             results.append(rec)
             cells = []
-            for p, v in zip(PLACEMENTS, variants):
+            for v in forms_of:
                 t = f"{med[v]:.2f}" if v in med else "-"
                 if peer_us and v in med:
                     t += f" ({med[v] / peer_us:.3f}x)"
                 if v in serial_us:
                     t += f" serial {serial_us[v]:.2f}"
-                cells.append(f"{p or 'plain'} {t}")
+                cells.append(f"{placement_of(v) or 'plain'} {t}")
             print(f"  {base.removeprefix('cutedsl_dot_')}: " + "; ".join(cells) + f"; same bits {bits}; "
-                  f"exact {sum(rec['exact'].values())}/{len(variants)}", flush=True)
+                  f"exact {sum(rec['exact'].values())}/{len(forms_of)}", flush=True)
         common.write_json(str(out / "placement_ab.json"),
                           {"versions": common.versions(), "rounds": args.rounds, "results": results,
                            "peer_sweeps": sweeps})
