@@ -14,8 +14,8 @@ one), everything else after it: x, the output, the counters. Dependents are
 released after the K loop, or with ``LATE`` (``_pdl_ls``) after the output is
 written (the placement that made the dot kernel faster alone, run 33); a
 dependent that waits with ``gdc_wait`` still waits for this grid to finish.
-``UPCAST`` (the CPU interpreter) skips the
-two PTX instructions, which the interpreter cannot run.
+``UPCAST`` (the CPU interpreter) skips the two PTX instructions, which the
+interpreter cannot run.
 """
 
 from __future__ import annotations
