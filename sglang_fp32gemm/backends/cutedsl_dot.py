@@ -203,7 +203,7 @@ class CuteDSLDotBackend(TvmFfiBackend):
                     if cfg.check_shape(m, n, k)[0]:
                         out.append(cfg)
         if pdl:
-            out += [dataclasses.replace(c, placement=p) for p in PLACEMENTS[1:] for c in list(out)
+            out += [dataclasses.replace(c, placement=p) for p in PLACEMENTS[1:] for c in out
                     if not c.ctas_cap and (c.branchless_x or m == 1)]
         return out
 
