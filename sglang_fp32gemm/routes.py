@@ -223,8 +223,7 @@ class RouteTable:
     def _eager_plan(self, dev: DeviceKey, p: Plan, m: int, n: int, k: int, check_available: bool) -> Plan:
         """What eager calls take instead of ``p``: the row of (dev, N, K) nearest M whose backend is eager_ok."""
         tables = (self.table, self.config.det_table) if self.deterministic else (self.table,)
-        ms = sorted({r.M for t in tables for r in t.rows()
-                     if (r.gfx, r.cu_num, r.N, r.K) == (dev.gfx, dev.cu_num, n, k)})
+        ms = sorted({mm for t in tables for mm in t.ms(dev, n, k)})
         why = f"eager call: {p.backend.name} host cost exceeds torch's"
         seen = {p.row}
         for mm in [c for c in ms if c >= m] + [c for c in reversed(ms) if c < m]:

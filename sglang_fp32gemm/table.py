@@ -148,10 +148,11 @@ def parse_csv(text: str, name: str) -> list[TunedRow]:
         f = {c: fields[i].strip() for c, i in idx.items()}
         if not f["gfx"]:
             raise ConfigError(f"{where}: column 'gfx' is empty")
-        if not _ARCH_RE.fullmatch(f["gfx"]):
+        if not _GFX_COLUMN_RE.fullmatch(f["gfx"]):
             # A row no device key can equal (sm_90, SM90, H200) would never be used.
             raise ConfigError(f"{where}: column 'gfx' is {f['gfx']!r}, which no device has: expected gfx<hex> "
-                              "(ROCm, e.g. gfx950) or sm<digits> (CUDA, e.g. sm90)")
+                              "(ROCm, e.g. gfx950) or sm<digits> (CUDA, e.g. sm90), optionally -MODEL for one "
+                              "GPU model's rows (e.g. sm90-h200)")
         for c in ("dtype", "outdtype"):
             if f[c] not in DTYPES:
                 raise ConfigError(f"{where}: column {c!r} must be one of {sorted(DTYPES)}, got {f[c]!r}")
@@ -210,27 +211,43 @@ def packaged_tables() -> list[tuple[str, str]]:
 
 
 _ARCH = r"gfx[0-9a-f]+|sm[0-9]+"
-_ARCH_RE = re.compile(_ARCH)
-_DEVICE_KEY_RE = re.compile(rf"({_ARCH}):([1-9][0-9]{{0,5}})")
+_MODEL = r"[a-z]+[0-9]+[a-z]*"
+#: A row's ``gfx`` column: the architecture, or ``ARCH-MODEL`` for rows only that GPU model reads.
+_GFX_COLUMN_RE = re.compile(rf"({_ARCH})(?:-({_MODEL}))?")
+_DEVICE_KEY_RE = re.compile(rf"({_ARCH})(?:-({_MODEL}))?:([1-9][0-9]{{0,5}})")
+
+
+def gpu_model(name: str) -> str:
+    """A CUDA device name's product token, lower case ("NVIDIA H200" -> "h200", "NVIDIA H100 80GB HBM3" ->
+    "h100"); "" where the name has none. The H100 and the H200 share sm90 and 132 SMs, but not the best
+    kernel at every shape (run 34): the model tells their rows apart."""
+    for token in re.findall(r"[a-z0-9]+", name.lower()):
+        if token != "nvidia" and re.fullmatch(_MODEL, token):
+            return token
+    return ""
 
 
 @dataclasses.dataclass(frozen=True)
 class DeviceKey:
     gfx: str      # "gfx950" on ROCm, "sm90" on CUDA
     cu_num: int   # CUs on ROCm, SMs on CUDA
+    #: The GPU model on CUDA ("h200"): rows whose gfx is ``ARCH-MODEL`` serve only it; "" reads none of them.
+    model: str = ""
 
     def __str__(self) -> str:
-        return f"{self.gfx}:{self.cu_num}"
+        return f"{self.gfx}-{self.model}:{self.cu_num}" if self.model else f"{self.gfx}:{self.cu_num}"
 
     @staticmethod
     def parse(text: str) -> "DeviceKey":
-        """``ARCH:COUNT`` as ``device_key`` makes it (``gfx950:256``, ``sm90:132``); else a ConfigError."""
+        """``ARCH[-MODEL]:COUNT`` as ``device_key`` makes it (``gfx950:256``, ``sm90-h200:132``); else a
+        ConfigError."""
         t = str(text).strip()
         m = _DEVICE_KEY_RE.fullmatch(t.lower())
         if m is None:
             raise ConfigError(f"device key {text!r}: expected ARCH:COUNT such as gfx950:256 or sm90:132 "
-                              "(ARCH gfx<hex> or sm<digits>, COUNT the CU/SM count >= 1)")
-        return DeviceKey(m.group(1), int(m.group(2)))
+                              "(ARCH gfx<hex> or sm<digits>, optionally -MODEL such as sm90-h200, COUNT the "
+                              "CU/SM count >= 1)")
+        return DeviceKey(m.group(1), int(m.group(3)), m.group(2) or "")
 
 
 def device_key(device) -> Optional[DeviceKey]:
@@ -244,7 +261,8 @@ def device_key(device) -> Optional[DeviceKey]:
         arch = getattr(props, "gcnArchName", "") or ""
         gfx = arch.split(":")[0]
     else:
-        gfx = f"sm{props.major}{props.minor}"
+        return DeviceKey(f"sm{props.major}{props.minor}", int(props.multi_processor_count),
+                         gpu_model(getattr(props, "name", "") or ""))
     return DeviceKey(gfx, int(props.multi_processor_count))
 
 
@@ -323,13 +341,30 @@ class TunedTable:
 
     def __init__(self, rows_by_file: list[tuple[str, list[TunedRow]]]):
         self.files = [name for name, _ in rows_by_file]
+        self._by_file = rows_by_file
         self._every_row = [r for _, rows in rows_by_file for r in rows]
-        self._rows: dict[tuple, TunedRow] = {}
-        for r in self._every_row:
-            prev = self._rows.get(r.key)
-            if prev is not None:
-                logger.debug("tuned row %s overrides %s", r.source, prev.source)
-            self._rows[r.key] = r
+        #: GPU model ("" for none) -> key -> row, built at a model's first lookup.
+        self._views: dict[str, dict[tuple, TunedRow]] = {}
+        self._rows = self._view("")
+
+    def _view(self, model: str) -> dict[tuple, TunedRow]:
+        """The rows a device of ``model`` reads, keyed by the architecture alone: file by file, the generic
+        rows, then that model's (``ARCH-MODEL``), so a model's row beats the generic one of its own file and
+        of earlier files, and a later file's generic row beats both (a user's file, the serial files over
+        the fast ones)."""
+        view = self._views.get(model)
+        if view is None:
+            view = {}
+            for _, rows in self._by_file:
+                own = [r for r in rows if r.gfx.partition("-")[2] == model] if model else []
+                for r in [r for r in rows if "-" not in r.gfx] + own:
+                    key = (r.gfx.partition("-")[0],) + r.key[1:]
+                    prev = view.get(key)
+                    if prev is not None:
+                        logger.debug("tuned row %s overrides %s", r.source, prev.source)
+                    view[key] = r
+            self._views[model] = view
+        return view
 
     @classmethod
     def load(cls, extra_paths: Iterable[str] = (), deterministic: bool = False) -> "TunedTable":
@@ -337,8 +372,13 @@ class TunedTable:
         return TunedTables.load(extra_paths).for_mode(deterministic)
 
     def rows(self) -> list[TunedRow]:
-        """The merged rows: one per key, the last file's."""
+        """The merged rows: one per key, the last file's (no GPU model's rows)."""
         return list(self._rows.values())
+
+    def ms(self, dev: DeviceKey, n: int, k: int) -> list[int]:
+        """The M values with a row for ``dev`` at N and K, ascending."""
+        return sorted({key[2] for key in self._view(dev.model)
+                       if (key[0], key[1], key[3], key[4]) == (dev.gfx, dev.cu_num, n, k)})
 
     def every_row(self) -> list[TunedRow]:
         """Every row of every file, overridden ones included (for start-up validation)."""
@@ -352,7 +392,7 @@ class TunedTable:
         if m <= 0:
             return None
         for mm in m_candidates(m):
-            r = self._rows.get((dev.gfx, dev.cu_num, mm, n, k, bias, dtype, outdtype, False, False))
+            r = self._view(dev.model).get((dev.gfx, dev.cu_num, mm, n, k, bias, dtype, outdtype, False, False))
             if r is not None:
                 return r
         return None

@@ -283,7 +283,8 @@ def test_explain_cli_with_a_malformed_device_key_prints_one_line_and_exits_2(key
     assert main(["explain", "--device-key", key]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == f"error: --device-key: device key {key!r}: expected ARCH:COUNT such as gfx950:256 " \
-        "or sm90:132 (ARCH gfx<hex> or sm<digits>, COUNT the CU/SM count >= 1)\n"
+        "or sm90:132 (ARCH gfx<hex> or sm<digits>, optionally -MODEL such as sm90-h200, COUNT the CU/SM count " \
+        ">= 1)\n"
 
 
 def test_explain_process_with_a_malformed_device_key_has_no_traceback():
