@@ -277,10 +277,7 @@ def test_tuner_candidates_with_their_pdl_forms_are_exact(which):
 
 PDL_CONFIGS = [("triton", te.EpochConfig(16, 64, 128, 14, 4, 4, True)),
                ("triton", te.EpochConfig(16, 64, 256, 1, 4, 4, True)),
-               ("triton-det", ts.SplitKConfig(16, 32, 128, 7, 4, 4, True)),
-               # _pdl_ls (stop 46): the release after the output's writes
-               ("triton", te.EpochConfig(16, 64, 64, 8, 4, 4, True, True)),
-               ("triton-det", ts.SplitKConfig(16, 32, 128, 7, 4, 4, True, True))]
+               ("triton-det", ts.SplitKConfig(16, 32, 128, 7, 4, 4, True))]
 
 
 @pytest.mark.parametrize("which,cfg", PDL_CONFIGS, ids=[c.name for _, c in PDL_CONFIGS])

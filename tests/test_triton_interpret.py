@@ -7,8 +7,6 @@ tests/test_triton_gpu.py.
 
 from __future__ import annotations
 
-import re
-
 from dataclasses import replace
 
 import pytest
@@ -169,67 +167,6 @@ def test_pdl_names_round_trip_and_set_the_launch_option(cfg):
         else:
             with pytest.raises(ValueError, match="is not of the form"):
                 be.parse(cfg.name)
-
-
-@pytest.mark.parametrize("cfg", [EpochConfig(16, 64, 64, 8, 4, 4, True, True), SplitKConfig(16, 32, 64, 8, 4, 5, True, True)])
-def test_late_release_names_round_trip_and_need_pdl(cfg):
-    """``_pdl_ls`` (stop 46): the dependents released after the output is written; the same launch option."""
-    assert type(cfg).parse(cfg.name) == cfg and cfg.name.endswith("_pdl_ls")
-    assert replace(cfg, late=False).name == cfg.name[:-len("_ls")]
-    assert cfg.constexprs(7168, upcast=False)["LATE"] is True
-    assert replace(cfg, late=False).constexprs(7168, upcast=False)["LATE"] is False
-    assert cfg.options(True)["launch_pdl"] is True
-    with pytest.raises(ValueError, match="only with _pdl"):
-        replace(cfg, pdl=False)
-    with pytest.raises(ValueError, match="is not of the form"):
-        type(cfg).parse(cfg.name.replace("_pdl_ls", "_ls"))
-
-
-def _sm90_ptx(jit_fn, cfg, k=7168) -> str:
-    """PTX of ``jit_fn`` for ``cfg`` compiled for sm_90 on this CPU (Triton compiles without a GPU), code only."""
-    triton = pytest.importorskip("triton")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    ptrs = {"x_ptr": "*bf16", "w_ptr": "*bf16", "w2_ptr": "*bf16", "out_ptr": "*fp32", "out2_ptr": "*fp32",
-            "flag_ptr": "*i32", "cnt_ptr": "*i32", "ws_ptr": "*fp32"}
-    sig = {p.name: "constexpr" if p.is_constexpr else ptrs.get(p.name, "i32") for p in jit_fn.params}
-    try:
-        ptx = triton.compile(ASTSource(jit_fn, sig, constexprs=cfg.constexprs(k, upcast=False)),
-                             target=GPUTarget("cuda", 90, 32),
-                             options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}).asm["ptx"]
-    except Exception as e:  # an installed Triton without the NVIDIA backend's compiler
-        pytest.skip(f"Triton does not compile for sm_90 here: {type(e).__name__}: {str(e)[:120]}")
-    return ptx.split(".section\t.debug")[0]
-
-
-@pytest.mark.parametrize("kernel, cfg", [("epoch_splitk_fp32_kernel", EpochConfig(16, 64, 64, 8, 4, 4, True)),
-                                         ("epoch_splitk_fp32_kernel", EpochConfig(16, 64, 256, 1, 4, 4, True)),
-                                         ("epoch_pair_fp32_kernel", EpochConfig(16, 64, 64, 8, 4, 4, True)),
-                                         ("splitk_fp32_kernel", SplitKConfig(16, 32, 64, 8, 4, 5, True))])
-def test_late_release_moves_only_the_release_past_the_output_writes(kernel, cfg):
-    """Compiled for sm_90 on the CPU: ``_pdl`` releases its dependents before it writes the output (after the
-    K loop), ``_pdl_ls`` after every write (stores and atomics); nothing else in the PTX moves or changes."""
-    from sglang_fp32gemm.backends import triton_kernels
-
-    fn = getattr(triton_kernels, kernel)
-    early, late = _sm90_ptx(fn, cfg), _sm90_ptx(fn, replace(cfg, late=True))
-    writes = re.compile(r"\b(st\.global|atom\.global|red\.global)")
-    for ptx, after in ((early, False), (late, True)):
-        releases = [m.start() for m in re.finditer(r"griddepcontrol\.launch_dependents", ptx)]
-        out_writes = [m.start() for m in writes.finditer(ptx)]
-        assert releases and out_writes
-        if after:  # one release (the pair's two bodies share it), after every write
-            assert len(releases) == 1 and releases[0] > max(out_writes), (releases, max(out_writes))
-        else:  # each body's release comes before that body's writes
-            assert all(any(w > r for w in out_writes) for r in releases), releases
-
-    def body(ptx):  # the instructions; the release, declarations, labels and register numbers aside
-        lines = [re.sub(r"%[a-z]+\d+|\$L__\w+", "%", ln.split("//")[0].strip()) for ln in ptx.splitlines()]
-        return sorted(ln for ln in lines if ln.endswith(";") and not ln.startswith(".")
-                      and "launch_dependents" not in ln)
-
-    assert body(early) == body(late)
 
 
 def test_pdl_forms_are_added_on_sm90_only_where_the_extra_tile_fits(monkeypatch):

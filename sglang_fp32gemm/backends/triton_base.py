@@ -36,10 +36,9 @@ Plan = tuple[int, int, int, int, int]
 
 @dataclasses.dataclass(frozen=True)
 class TileConfig:
-    """A Triton split-K kernel's configuration; ``name`` is its kernelName, ``<PREFIX>_bm.._s<STAGES>[_pdl[_ls]]``.
+    """A Triton split-K kernel's configuration; ``name`` is its kernelName, ``<PREFIX>_bm.._s<STAGES>[_pdl]``.
 
-    ``pdl``: launched as a programmatic dependent launch (triton_kernels.py); ``late`` (``_ls``, only with it):
-    its dependents released after the output is written rather than after the K loop (stop 46).
+    ``pdl``: launched as a programmatic dependent launch (triton_kernels.py).
     """
 
     PREFIX: ClassVar[str] = ""
@@ -51,7 +50,6 @@ class TileConfig:
     num_warps: int
     num_stages: int
     pdl: bool = False
-    late: bool = False
 
     def __post_init__(self) -> None:
         for f in ("bm", "bn", "bk"):
@@ -62,24 +60,21 @@ class TileConfig:
             raise ValueError(f"tile too large in {self}")
         if not isinstance(self.pdl, bool):
             raise ValueError(f"pdl={self.pdl!r}: must be a bool")
-        if self.late and not self.pdl:
-            raise ValueError("_ls places PDL's release: only with _pdl")
         if self.split_k < 1 or self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1:
             raise ValueError(f"bad split_k/num_warps/num_stages in {self}")
 
     @property
     def name(self) -> str:
         return (f"{self.PREFIX}_bm{self.bm}_bn{self.bn}_bk{self.bk}"
-                f"_sk{self.split_k}_w{self.num_warps}_s{self.num_stages}" + ("_pdl" if self.pdl else "")
-                + ("_ls" if self.late else ""))
+                f"_sk{self.split_k}_w{self.num_warps}_s{self.num_stages}" + ("_pdl" if self.pdl else ""))
 
     @classmethod
     def parse(cls, name: str) -> "TileConfig":
-        m = re.match(rf"^{cls.PREFIX}_bm(\d+)_bn(\d+)_bk(\d+)_sk(\d+)_w(\d+)_s(\d+)(?:(_pdl)(_ls)?)?$", name)
+        m = re.match(rf"^{cls.PREFIX}_bm(\d+)_bn(\d+)_bk(\d+)_sk(\d+)_w(\d+)_s(\d+)(_pdl)?$", name)
         if m is None:
             raise ValueError(f"kernelName {name!r} is not of the form "
-                             f"{cls.PREFIX}_bm<BM>_bn<BN>_bk<BK>_sk<SPLITK>_w<WARPS>_s<STAGES>[_pdl[_ls]]")
-        return cls(*(int(g) for g in m.groups()[:6]), pdl=m.group(7) is not None, late=m.group(8) is not None)
+                             f"{cls.PREFIX}_bm<BM>_bn<BN>_bk<BK>_sk<SPLITK>_w<WARPS>_s<STAGES>[_pdl]")
+        return cls(*(int(g) for g in m.groups()[:6]), pdl=m.group(7) is not None)
 
     def check_shape(self, m: int, n: int, k: int) -> Verdict:
         if n % self.bn:
@@ -95,7 +90,7 @@ class TileConfig:
         ``UPCAST``: the CPU interpreter's exact-fp32 products (it mis-multiplies bf16 dots), no PDL.
         """
         return dict(BM=self.bm, BN=self.bn, BK=self.bk, SPLIT_K=self.split_k,
-                    K_ITERS=k // (self.bk * self.split_k), UPCAST=upcast, PDL=self.pdl, LATE=self.late)
+                    K_ITERS=k // (self.bk * self.split_k), UPCAST=upcast, PDL=self.pdl)
 
     def options(self, on_cuda: bool = True) -> dict[str, Any]:
         """Launch options: warps, stages, on a GPU FMA contraction named (``enable_fp_fusion``), and

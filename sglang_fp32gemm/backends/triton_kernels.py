@@ -11,9 +11,10 @@ fp32 sum: nothing is rounded to 16 bits.
 PDL (``PDL=True``, launched with ``launch_pdl=True``): the first W tile is
 loaded before ``gdc_wait`` (W does not depend on the kernel before this
 one), everything else after it: x, the output, the counters. Dependents are
-released after the K loop, or with ``LATE`` (``_pdl_ls``) after the output is
-written (the placement that made the dot kernel faster alone, run 33); a
-dependent that waits with ``gdc_wait`` still waits for this grid to finish.
+released after the K loop; a dependent that waits with ``gdc_wait`` still
+waits for this grid to finish. (Releasing after the output's writes instead,
+the placement that made the dot kernel faster alone in run 33, was 0.2-0.35 us
+slower at all ten forms timed on an H200, run 34e, and was removed.)
 ``UPCAST`` (the CPU interpreter) skips the two PTX instructions, which the
 interpreter cannot run.
 """
@@ -62,13 +63,11 @@ def prefetch_w(w_ptrs, PDL: tl.constexpr, UPCAST: tl.constexpr):
 
 @triton.jit
 def k_loop(w0, w_ptrs, x_ptrs, mask_m, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-           K_ITERS: tl.constexpr, SWAP: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
-           LATE: tl.constexpr):
+           K_ITERS: tl.constexpr, SWAP: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr):
     """One split's K loop: W rows . x^T over ``K_ITERS`` steps of ``BK``, fp32.
 
     Returns [BN, BM] when ``SWAP``, else [BM, BN]. With ``PDL``, ``w0`` is
-    ``prefetch_w``'s first W tile and dependents are released after the loop
-    (with ``LATE`` the caller releases them, ``release_late``).
+    ``prefetch_w``'s first W tile and dependents are released after the loop.
     """
     if SWAP:
         acc = tl.zeros((BN, BM), dtype=tl.float32)
@@ -82,16 +81,9 @@ def k_loop(w0, w_ptrs, x_ptrs, mask_m, BM: tl.constexpr, BN: tl.constexpr, BK: t
         acc = _mac(acc, tl.load(w_ptrs), tl.load(x_ptrs, mask=mask_m[:, None], other=0.0), SWAP, UPCAST)
         w_ptrs += BK
         x_ptrs += BK
-    if PDL and not LATE and not UPCAST:
+    if PDL and not UPCAST:
         gdc_launch_dependents()
     return acc
-
-
-@triton.jit
-def release_late(PDL: tl.constexpr, LATE: tl.constexpr, UPCAST: tl.constexpr):
-    """With ``PDL`` and ``LATE``: release the dependents, after this program's writes to the output."""
-    if PDL and LATE and not UPCAST:
-        gdc_launch_dependents()
 
 
 # M is not specialised: one compile serves every M.
@@ -102,7 +94,7 @@ def epoch_splitk_fp32_kernel(
     stride_xm, stride_wn, stride_om,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
     SPLIT_K: tl.constexpr, K_ITERS: tl.constexpr,
-    UPCAST: tl.constexpr, PDL: tl.constexpr, LATE: tl.constexpr,
+    UPCAST: tl.constexpr, PDL: tl.constexpr,
 ):
     """The ``triton`` backend's kernel (``triton.py`` says how the epochs work)."""
     pid = tl.program_id(0)
@@ -114,7 +106,7 @@ def epoch_splitk_fp32_kernel(
     tile_m = tile // n_tiles
     tile_n = tile - tile_m * n_tiles
     epoch_tile(x_ptr, w_ptr, out_ptr, flag_ptr, cnt_ptr, M, stride_xm, stride_wn, stride_om,
-               split, tile, tile_m, tile_n, BM, BN, BK, SPLIT_K, K_ITERS, UPCAST, PDL, LATE)
+               split, tile, tile_m, tile_n, BM, BN, BK, SPLIT_K, K_ITERS, UPCAST, PDL)
 
 
 # One launch for two GEMMs on the same x: out = x @ w^T [M, N] and out2 = x @ w2^T [M, N2].
@@ -125,7 +117,7 @@ def epoch_pair_fp32_kernel(
     stride_xm, stride_wn, stride_om, stride_om2,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
     SPLIT_K: tl.constexpr, K_ITERS: tl.constexpr,
-    UPCAST: tl.constexpr, PDL: tl.constexpr, LATE: tl.constexpr,
+    UPCAST: tl.constexpr, PDL: tl.constexpr,
 ):
     """The ``triton`` backend's pair form: the tiles of N + N2 W rows in ``epoch_splitk_fp32_kernel``'s order,
     the first N // BN of each row of tiles on (w, out), the rest on (w2, out2); each tile's sums are those of
@@ -140,17 +132,17 @@ def epoch_pair_fp32_kernel(
     tile_n = tile - tile_m * n_all
     if tile_n < n_tiles:
         epoch_tile(x_ptr, w_ptr, out_ptr, flag_ptr, cnt_ptr, M, stride_xm, stride_wn, stride_om,
-                   split, tile, tile_m, tile_n, BM, BN, BK, SPLIT_K, K_ITERS, UPCAST, PDL, LATE)
+                   split, tile, tile_m, tile_n, BM, BN, BK, SPLIT_K, K_ITERS, UPCAST, PDL)
     else:
         epoch_tile(x_ptr, w2_ptr, out2_ptr, flag_ptr, cnt_ptr, M, stride_xm, stride_wn, stride_om2,
-                   split, tile, tile_m, tile_n - n_tiles, BM, BN, BK, SPLIT_K, K_ITERS, UPCAST, PDL, LATE)
+                   split, tile, tile_m, tile_n - n_tiles, BM, BN, BK, SPLIT_K, K_ITERS, UPCAST, PDL)
 
 
 @triton.jit
 def epoch_tile(x_ptr, w_ptr, out_ptr, flag_ptr, cnt_ptr, M, stride_xm, stride_wn, stride_om,
                split, tile, tile_m, tile_n,
                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
-               K_ITERS: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr, LATE: tl.constexpr):
+               K_ITERS: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr):
     """One program of the epoch kernels: split ``split`` of tile (``tile_m``, ``tile_n``) of out; ``tile``
     indexes its flag and counters."""
     offs_n = tile_n * BN + tl.arange(0, BN)   # W rows: the MMA's M side
@@ -175,7 +167,7 @@ def epoch_tile(x_ptr, w_ptr, out_ptr, flag_ptr, cnt_ptr, M, stride_xm, stride_wn
             # Every thread's zeros are written before the flag is released.
             tl.debug_barrier()
             tl.atomic_xchg(flag_ptr + tile, epoch, sem="release")
-    acc = k_loop(w0, w_ptrs, x_ptrs, mask_m, BM, BN, BK, K_ITERS, True, UPCAST, PDL, LATE)
+    acc = k_loop(w0, w_ptrs, x_ptrs, mask_m, BM, BN, BK, K_ITERS, True, UPCAST, PDL)
 
     if SPLIT_K == 1:
         tl.store(out_ptrs, acc, mask=out_mask)
@@ -187,7 +179,6 @@ def epoch_tile(x_ptr, w_ptr, out_ptr, flag_ptr, cnt_ptr, M, stride_xm, stride_wn
             while seen - epoch < 0:
                 seen = tl.atomic_add(flag_ptr + tile, 0, sem="acquire")
         tl.atomic_add(out_ptrs, acc, mask=out_mask, sem="relaxed")
-    release_late(PDL, LATE, UPCAST)
 
 
 # M is not specialised: one compile serves every M of a BM bucket.
@@ -198,7 +189,7 @@ def splitk_fp32_kernel(
     stride_xm, stride_wn, stride_om,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
     SPLIT_K: tl.constexpr, K_ITERS: tl.constexpr,
-    UPCAST: tl.constexpr, PDL: tl.constexpr, LATE: tl.constexpr,
+    UPCAST: tl.constexpr, PDL: tl.constexpr,
 ):
     """The ``triton-det`` backend's kernel (``triton_det.py`` says how the tickets work)."""
     pid_n = tl.program_id(0)
@@ -218,7 +209,7 @@ def splitk_fp32_kernel(
     x_ptrs = x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :]
     w_ptrs = w_ptr + offs_n[:, None] * stride_wn + (k0 + offs_k)[None, :]
     w0 = prefetch_w(w_ptrs, PDL, UPCAST)
-    acc = k_loop(w0, w_ptrs, x_ptrs, mask_m, BM, BN, BK, K_ITERS, False, UPCAST, PDL, LATE)
+    acc = k_loop(w0, w_ptrs, x_ptrs, mask_m, BM, BN, BK, K_ITERS, False, UPCAST, PDL)
 
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
     if SPLIT_K == 1:
@@ -244,4 +235,3 @@ def splitk_fp32_kernel(
             tl.store(out_ptrs, total, mask=mask_m[:, None])
             # Leave the counter at zero for the next call on this stream.
             tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
-    release_late(PDL, LATE, UPCAST)

@@ -17,7 +17,8 @@ tune's next best at the isolated misses of run 32e) the three placements are
     python3 docs/benchmarks/h200/run33/placement_ab.py OUT_DIR [--rounds 5] [--shapes 2x2048,...]
         [--serial 2x1024] [--forms dot|triton]
 
-``--forms triton`` (stop 46, not yet run): Triton's ``_pdl`` forms and their ``_pdl_ls`` twins (the release after
+``--forms triton`` (stop 46; ran as 34e on an H200 at eecea8a; the ``_pdl_ls`` names it builds were removed at
+stop 47, after it, so it runs only on a tree before that): Triton's ``_pdl`` forms and their ``_pdl_ls`` twins (the release after
 the output's writes), at the shapes where the isolated target still missed in run 33d (N=2048 M 8-16) and at
 N=1024 M 4-16 (the serial rows; ``--serial`` ranks them in the serial schedule, with the best ``_lw`` dot
 forms at M=4). The epoch kernel's atomics make its bits run-dependent: no bits check for those.
