@@ -257,13 +257,10 @@ def device_key(device) -> Optional[DeviceKey]:
     if getattr(device, "type", None) != "cuda" or not torch.cuda.is_available():
         return None
     props = torch.cuda.get_device_properties(device)
+    count = int(props.multi_processor_count)
     if getattr(torch.version, "hip", None):
-        arch = getattr(props, "gcnArchName", "") or ""
-        gfx = arch.split(":")[0]
-    else:
-        return DeviceKey(f"sm{props.major}{props.minor}", int(props.multi_processor_count),
-                         gpu_model(getattr(props, "name", "") or ""))
-    return DeviceKey(gfx, int(props.multi_processor_count))
+        return DeviceKey((getattr(props, "gcnArchName", "") or "").split(":")[0], count)
+    return DeviceKey(f"sm{props.major}{props.minor}", count, gpu_model(getattr(props, "name", "") or ""))
 
 
 def m_candidates(m: int) -> list[int]:

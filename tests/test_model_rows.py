@@ -43,6 +43,19 @@ def test_device_key_of_a_cuda_device_carries_its_model(monkeypatch):
     assert device_key(torch.device("cuda", 0)) == H100
 
 
+def test_device_key_on_rocm_keeps_the_arch_alone(monkeypatch):
+    """gfx950 names the chip already; ROCm keys carry no model."""
+    import torch
+
+    props = types.SimpleNamespace(gcnArchName="gfx950:sramecc+:xnack-", multi_processor_count=256,
+                                  name="AMD Instinct MI355X", major=9, minor=5)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: props)
+    monkeypatch.setattr(torch.version, "hip", "7.0")
+    assert device_key(torch.device("cuda", 0)) == DeviceKey("gfx950", 256)
+    assert device_key(torch.device("cpu")) is None
+
+
 @pytest.mark.parametrize("text, key", [("sm90-h200:132", H200), (" SM90-H200:132 ", H200), ("sm90:132", SM90)])
 def test_device_key_parse_takes_a_model(text, key):
     assert DeviceKey.parse(text) == key and DeviceKey.parse(str(key)) == key
