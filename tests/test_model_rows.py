@@ -129,3 +129,15 @@ def test_the_packaged_h200_rows_reach_the_h200_and_not_the_h100():
         assert table.lookup(H200, r.M, r.N, r.K) is r
         other = table.lookup(H100, r.M, r.N, r.K)
         assert other is not None and other.gfx == "sm90"
+
+
+def test_the_h200s_overlapped_rows_never_serve_its_calls_outside_the_region():
+    """34g's M=1 rows were ranked beside the other streams; outside SGLang's multi-stream region (serial steps,
+    calls alone) the H200 must keep reading the serial table's rows of those shapes."""
+    t = TunedTables.load([])
+    for n in (512, 1024):
+        fast = t.fast.lookup(H200, 1, n, K)
+        assert fast.gfx == "sm90-h200" and fast.source.startswith("configs/sm90.csv:")
+        outside = t.outside.lookup(H200, 1, n, K)
+        assert outside.gfx == "sm90" and outside.source.startswith("configs/sm90_serial.csv:")
+        assert outside is t.outside.lookup(H100, 1, n, K)
