@@ -141,3 +141,16 @@ def test_the_h200s_overlapped_rows_never_serve_its_calls_outside_the_region():
         outside = t.outside.lookup(H200, 1, n, K)
         assert outside.gfx == "sm90" and outside.source.startswith("configs/sm90_serial.csv:")
         assert outside is t.outside.lookup(H100, 1, n, K)
+
+
+def test_explain_counts_the_model_rows_and_shows_the_h200s_routes(capsys):
+    from sglang_fp32gemm.__main__ import main
+
+    assert main(["explain", "--device-key", "sm90-h200:132", "--max-m", "1"]) == 0
+    h200 = capsys.readouterr().out
+    assert "rows for one GPU model: sm90-h200 (4), read only on a GPU of that model" in h200
+    assert "device key: sm90-h200:132" in h200
+    assert "cutedsl_dot_m1_t448_r1_pdl_lw_mb1 (row configs/sm90.csv:" in h200
+    assert main(["explain", "--device-key", "sm90:132", "--max-m", "1"]) == 0
+    plain = capsys.readouterr().out
+    assert "cutedsl_dot_m1_t448_r1_pdl_lw_mb1" not in plain and "rows for one GPU model: sm90-h200 (4)" in plain
