@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import io
 import itertools
 import os
@@ -94,10 +95,11 @@ def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple
             p(f"pair table: {', '.join(cfg.pair_table.files)} ({len(cfg.pair_table)} rows: a ratio-4 layer's two "
               "compressor GEMMs in one launch outside SGLang's multi-stream region)")
         tables = (cfg.table, cfg.det_table, cfg.eager_table, serial, cfg.pair_table)
-        model_rows = {r.source: r.gfx for t in tables if t is not None for r in t.every_row() if "-" in r.gfx}
+        # By source: the serial table lies over the fast one, so a fast file's rows are in both.
+        model_rows = {r.source: r.gfx for t in tables if t is not None for r in t.every_row() if r.model}
         if model_rows:
-            counts = {g: list(model_rows.values()).count(g) for g in sorted(set(model_rows.values()))}
-            p(f"rows for one GPU model: {', '.join(f'{g} ({n})' for g, n in counts.items())}, read only on a GPU "
+            counts = sorted(collections.Counter(model_rows.values()).items())
+            p(f"rows for one GPU model: {', '.join(f'{g} ({n})' for g, n in counts)}, read only on a GPU "
               "of that model (docs/design.md, \"One GPU model's rows\")")
         p(f"layers: {cfg.selection.describe()}")
         # Where the child-process probes (gfx950 kernels) keep their passes.

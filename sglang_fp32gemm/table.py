@@ -61,6 +61,16 @@ class TunedRow:
     def key(self) -> tuple:
         return tuple(getattr(self, c) for c in KEY_COLUMNS)
 
+    @property
+    def arch(self) -> str:
+        """``gfx`` less its GPU model (``sm90-h200`` -> ``sm90``)."""
+        return self.gfx.partition("-")[0]
+
+    @property
+    def model(self) -> str:
+        """The GPU model a row is for (``sm90-h200`` -> ``h200``); "" for every GPU of its arch."""
+        return self.gfx.partition("-")[2]
+
     def to_csv_fields(self) -> list[str]:
         return [str(getattr(self, c)) for c in HEADER]
 
@@ -353,9 +363,8 @@ class TunedTable:
         if view is None:
             view = {}
             for _, rows in self._by_file:
-                own = [r for r in rows if r.gfx.partition("-")[2] == model] if model else []
-                for r in [r for r in rows if "-" not in r.gfx] + own:
-                    key = (r.gfx.partition("-")[0],) + r.key[1:]
+                for r in [r for r in rows if not r.model] + ([r for r in rows if r.model == model] if model else []):
+                    key = (r.arch,) + r.key[1:]
                     prev = view.get(key)
                     if prev is not None:
                         logger.debug("tuned row %s overrides %s", r.source, prev.source)
@@ -388,8 +397,9 @@ class TunedTable:
                outdtype: str = "torch.float32", bias: bool = False) -> Optional[TunedRow]:
         if m <= 0:
             return None
+        view = self._view(dev.model)
         for mm in m_candidates(m):
-            r = self._view(dev.model).get((dev.gfx, dev.cu_num, mm, n, k, bias, dtype, outdtype, False, False))
+            r = view.get((dev.gfx, dev.cu_num, mm, n, k, bias, dtype, outdtype, False, False))
             if r is not None:
                 return r
         return None
