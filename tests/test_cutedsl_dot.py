@@ -153,25 +153,37 @@ def test_candidates_only_at_m_1_2_4_and_every_one_takes_the_shape():
         assert not any(c.min_blocks and not c.branchless_x for c in cands)
 
 
-def test_with_pdl_every_uncapped_form_is_also_offered_with_each_placement(monkeypatch):
-    """Stop 46: with PDL (sm90+) the candidates end with the ``_ls`` and ``_lw`` placements of every uncapped form
-    at M=1 and of every ``_bx`` form at M 2 and 4 (the plain-x and capped forms keep the plain placement); none
-    without PDL."""
+def test_with_pdl_every_uncapped_form_is_also_offered_without_it_and_with_each_placement(monkeypatch):
+    """With PDL (sm90+): the PDL forms, then every uncapped one also without PDL (run 35: such forms won serial
+    A/Bs on an H100), then the ``_ls`` and ``_lw`` placements of every uncapped PDL form at M=1 and of every ``_bx``
+    PDL form at M 2 and 4 (stop 46; the plain-x and capped forms keep the plain placement). Without PDL (this CPU)
+    the forms are offered once, with no placement."""
     from sglang_fp32gemm.backends import cutedsl_dot
 
     b = CuteDSLDotBackend()
-    assert not any(c.placement for c in b.candidates(2, 2048, 7168))  # this CPU: no PDL, no placement
+    cpu = b.candidates(2, 2048, 7168)
+    assert not any(c.placement or c.pdl for c in cpu)
     monkeypatch.setattr(cutedsl_dot, "sm90_or_later", lambda: True)
     for m in (1, 2, 4):
         cands = b.candidates(m, 2048, 7168)
-        plain = [c for c in cands if not c.placement]
+        pdl = [c for c in cands if c.pdl and not c.placement]
+        twins = [c for c in cands if not c.pdl]
         placed = [c for c in cands if c.placement]
-        assert cands[:len(plain)] == plain, "placements come last"
-        want = [dataclasses.replace(c, placement=p) for p in ("ls", "lw") for c in plain
+        assert cands == pdl + twins + placed, "PDL forms, their twins without PDL, then the placements"
+        assert twins == [dataclasses.replace(c, pdl=False) for c in pdl if not c.ctas_cap]
+        assert set(twins) == {c for c in b.candidates(m, 2048, 7168) if not c.pdl}
+        want = [dataclasses.replace(c, placement=p) for p in ("ls", "lw") for c in pdl
                 if not c.ctas_cap and (c.branchless_x or m == 1)]
         assert placed == want and len(set(cands)) == len(cands)
-        assert all(b.supports(c, m, 2048, 7168)[0] for c in placed)
-    assert "cutedsl_dot_m2_t224_r1_pdl_lw_bx_mb1" in {c.name for c in b.candidates(2, 2560, 7168)}
+        assert all(b.supports(c, m, 2048, 7168)[0] for c in placed + twins)
+    monkeypatch.setattr(cutedsl_dot, "sm90_or_later", lambda: False)
+    assert b.candidates(2, 2048, 7168) == cpu
+    monkeypatch.setattr(cutedsl_dot, "sm90_or_later", lambda: True)
+    names = {c.name for c in b.candidates(2, 2560, 7168)}
+    assert {"cutedsl_dot_m2_t224_r1_pdl_lw_bx_mb1", "cutedsl_dot_m2_t224_r1_bx_mb1"} <= names
+    # The serial rows the H100 ships without PDL (run 35) are candidates again.
+    assert "cutedsl_dot_m4_t224_r2_bx" in {c.name for c in b.candidates(4, 1024, 7168)}
+    assert "cutedsl_dot_m1_t256_r1" in {c.name for c in b.candidates(1, 2048, 4096)}
 
 
 _SIZES_AGREE = """

@@ -181,9 +181,10 @@ class CuteDSLDotBackend(TvmFfiBackend):
         as ``_bx`` and ``_bx_mb1`` (the plain form stays there, to compare). Then a few ``_g`` forms, each
         ``CAPS`` cap of the smallest (>= 128) and largest (<= 512) thread count that tiles K at rows 1 and 4
         (``_bx`` at M 2 and 4): launches light enough to leave room beside SGLang's other streams, which the
-        region rank offers as its lightest (``Tuner.lightest``). Last, with PDL, the ``_ls`` and ``_lw``
-        placements of every uncapped form at M=1 and every ``_bx`` form at M 2 and 4 (alone on an H100 they
-        were 2-7% faster than the same form's plain placement at M 1-2, run 33b; the capped form was slower)."""
+        region rank offers as its lightest (``Tuner.lightest``). With PDL, every uncapped form also without
+        it, then the ``_ls`` and ``_lw`` placements of every uncapped PDL form at M=1 and every ``_bx`` PDL form
+        at M 2 and 4 (alone on an H100 they were 2-7% faster than the same form's plain placement at M 1-2,
+        run 33b; the capped form was slower)."""
         if m not in (1, 2, 4):
             return []
         pdl = sm90_or_later()
@@ -203,8 +204,11 @@ class CuteDSLDotBackend(TvmFfiBackend):
                     if cfg.check_shape(m, n, k)[0]:
                         out.append(cfg)
         if pdl:
+            # Without PDL too: in SGLang's serial chain such forms beat the shipped PDL rows in whole-step A/Bs
+            # on an H100 (runs 35a-b); the serial and region ranks offer each kind's fastest (Tuner.shape).
+            out += [dataclasses.replace(c, pdl=False) for c in out if not c.ctas_cap]
             out += [dataclasses.replace(c, placement=p) for p in PLACEMENTS[1:] for c in out
-                    if not c.ctas_cap and (c.branchless_x or m == 1)]
+                    if c.pdl and not c.ctas_cap and (c.branchless_x or m == 1)]
         return out
 
     def bind_pair(self, cfg: DotConfig, device: torch.device, n: int, n2: int, k: int) -> PairFn:
