@@ -131,6 +131,22 @@ def test_the_packaged_h200_rows_reach_the_h200_and_not_the_h100():
         assert other is not None and other.gfx == "sm90"
 
 
+def test_the_packaged_h100_rows_reach_the_h100_and_not_the_h200():
+    """Run 35a: the serial M=4 N=1024 row as the dot kernel without PDL beat the shipped Triton row in both
+    whole-step A/B pairs on an H100 by more than twice the A/A gap (35e); not yet measured on an H200, which keeps
+    the generic row."""
+    t = TunedTables.load([])
+    h100_rows = [r for r in t.serial.every_row() if r.gfx == "sm90-h100"]
+    assert [(r.M, r.N, r.K, r.kernelName) for r in h100_rows] == [(4, 1024, K, "cutedsl_dot_m4_t224_r2_bx")]
+    for r in h100_rows:
+        assert "_pdl" not in r.kernelName and r.source.startswith("configs/sm90_serial.csv:")
+        assert t.outside.lookup(H100, r.M, r.N, r.K) is r
+        other = t.outside.lookup(H200, r.M, r.N, r.K)
+        assert other.gfx == "sm90" and other is t.outside.lookup(DeviceKey("sm90", 132), r.M, r.N, r.K)
+    # Inside the multi-stream region the H100 reads the fast table, as before.
+    assert t.fast.lookup(H100, 4, 1024, K).gfx == "sm90"
+
+
 def test_the_h200s_overlapped_rows_never_serve_its_calls_outside_the_region():
     """34g's M=1 rows were ranked beside the other streams; outside SGLang's multi-stream region (serial steps,
     calls alone) the H200 must keep reading the serial table's rows of those shapes."""
@@ -140,7 +156,7 @@ def test_the_h200s_overlapped_rows_never_serve_its_calls_outside_the_region():
         assert fast.gfx == "sm90-h200" and fast.source.startswith("configs/sm90.csv:")
         outside = t.outside.lookup(H200, 1, n, K)
         assert outside.gfx == "sm90" and outside.source.startswith("configs/sm90_serial.csv:")
-        assert outside is t.outside.lookup(H100, 1, n, K)
+        assert outside is t.outside.lookup(DeviceKey("sm90", 132), 1, n, K)
 
 
 def test_explain_counts_the_model_rows_and_shows_the_h200s_routes(capsys):
@@ -148,9 +164,9 @@ def test_explain_counts_the_model_rows_and_shows_the_h200s_routes(capsys):
 
     assert main(["explain", "--device-key", "sm90-h200:132", "--max-m", "1"]) == 0
     h200 = capsys.readouterr().out
-    assert "rows for one GPU model: sm90-h200 (4), read only on a GPU of that model" in h200
+    assert "rows for one GPU model: sm90-h100 (1), sm90-h200 (4), read only on a GPU of that model" in h200
     assert "device key: sm90-h200:132" in h200
     assert "cutedsl_dot_m1_t448_r1_pdl_lw_mb1 (row configs/sm90.csv:" in h200
     assert main(["explain", "--device-key", "sm90:132", "--max-m", "1"]) == 0
     plain = capsys.readouterr().out
-    assert "cutedsl_dot_m1_t448_r1_pdl_lw_mb1" not in plain and "rows for one GPU model: sm90-h200 (4)" in plain
+    assert "cutedsl_dot_m1_t448_r1_pdl_lw_mb1" not in plain and "sm90-h100 (1), sm90-h200 (4)" in plain

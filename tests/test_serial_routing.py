@@ -250,10 +250,10 @@ def test_the_region_hook_traces_under_fullgraph_compile():
     assert torch.equal(hooks.around_overlapped(prepare, None, a), a * 2 + 1) and seen[-1] is True
 
 
-def test_the_packaged_pair_rows_route_v4_pro_at_m_1_to_64_and_v4_flash_at_m_1_to_16(monkeypatch):
-    """configs/sm90_pair.csv: V4-Pro's ratio-4 pair (runs 23-24, M 1-16; run 31i, M 32 and 64) is one launch at
-    M 1-64 and V4-Flash's (run 25b) at M 1-16 on a 132-SM sm90 device (the M between rows by aiter's bucketing),
-    each call its own route above. V4-Pro: the dot pair at M 1-2 (M=2 an _lw placement, run 33f), Triton's
+def test_the_packaged_pair_rows_route_v4_pro_and_v4_flash_at_m_1_to_64(monkeypatch):
+    """configs/sm90_pair.csv: V4-Pro's ratio-4 pair (runs 23-24, M 1-16; run 31i, M 32 and 64) and V4-Flash's
+    (run 25b, M 1-16; run 35a, M 32 and 64) are one launch at M 1-64 on a 132-SM sm90 device (the M between rows
+    by aiter's bucketing), each call its own route above. V4-Pro: the dot pair at M 1-2 (M=2 an _lw placement, run 33f), Triton's
     above; V4-Flash: the dot pair at M 1-2 (M=2 a _bx form), Triton's above."""
     monkeypatch.delenv("SGLANG_FLYDSL_FP32_GEMM_CONFIG", raising=False)
     code, text = explain_mod.explain("sm90:132", max_m=128)
@@ -264,18 +264,24 @@ def test_the_packaged_pair_rows_route_v4_pro_at_m_1_to_64_and_v4_flash_at_m_1_to
     for k, dot, triton, beyond in ((7168, [("cutedsl_dot_m1_t448_r1_pdl", 2),
                                            ("cutedsl_dot_m2_t224_r1_pdl_lw_bx_mb1", 3)], "", 65),
                                    (4096, [("cutedsl_dot_m1_t256_r1_pdl", 7), ("cutedsl_dot_m2_t256_r1_pdl_bx", 8)],
-                                    "triton_epoch_fp32_bm16_bn64_bk64_sk8_w4_s4", 17)):
+                                    "", 65)):
         block = text.split(f"N=512+2048 K={k}")[1].split("  N=")[0]
         lines = [line.strip() for line in block.splitlines()[1:] if line.strip().startswith("M=")]
         for m, (kernel, line_no) in enumerate(dot, 1):
             assert lines[m - 1].startswith(f"M={m:<9}cutedsl-dot {kernel} pair 512+2048 (row "
                                            f"configs/sm90_pair.csv:{line_no})"), lines
         assert all(f" triton {triton}" in line for line in lines[len(dot):-1]), lines
+        assert all(f" triton triton_epoch_fp32_bm16_bn64_bk" in line for line in lines[len(dot):len(dot) + 3]), lines
         assert lines[-1] == f"{f'M={beyond}-128':<11}each call its own route", lines
     # V4-Pro's M 17-64 (run 31i, A/B-checked in the serial schedule on an H100): Triton's pair, lines 12 and 13.
     for ms, kernel, line_no in (("17-32", "triton_epoch_fp32_bm32_bn64_bk64_sk8_w4_s4", 12),
                                 ("33-64", "triton_epoch_fp32_bm64_bn64_bk64_sk8_w4_s4", 13)):
         assert f"M={ms:<9}triton {kernel} pair 512+2048 (row configs/sm90_pair.csv:{line_no})" in text, text
+    # V4-Flash's M 17-64 (run 35a, A/B-checked in the serial schedule on an H100): lines 14 and 15.
+    flash = text.split("N=512+2048 K=4096")[1].split("  N=")[0]
+    for ms, kernel, line_no in (("17-32", "triton_epoch_fp32_bm32_bn64_bk64_sk8_w4_s4", 14),
+                                ("33-64", "triton_epoch_fp32_bm64_bn64_bk64_sk4_w4_s4", 15)):
+        assert f"M={ms:<9}triton {kernel} pair 512+2048 (row configs/sm90_pair.csv:{line_no})" in flash, flash
 
 
 def test_a_pair_row_naming_a_capped_dot_form_stops_the_start_up_naming_its_line(tmp_path):
