@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"worst relative error vs float64: {worst:.2e} ({'fp32-level' if exact else 'NOT fp32-level'})")
     if dev.type == "cpu":
         print("(no GPU here: every call runs torch; `python -m sglang_fp32gemm explain --device-key "
-              "sm90-h200:132` shows the routes an H200 would take, `sm90:132` an H100's)")
+              "sm90-h200:132` shows the routes an H200 would take, `sm90-h100:132` an H100's)")
     else:
         print("(times are eager wall-clock, host overhead included; `bench` gives CUDA-graph replay times)")
     return 0 if exact else 1

@@ -125,7 +125,8 @@ def explain(device_key_override: Optional[str] = None, max_m: int = 64) -> tuple
         p(f"device: {torch.cuda.get_device_name(device)}; key {dev}")
     else:
         dev = None
-        p("device: no GPU (CPU only): every call runs torch; --device-key sm90:132 shows an H200's routes")
+        p("device: no GPU (CPU only): every call runs torch; --device-key sm90-h200:132 shows an H200's routes, "
+          "sm90-h100:132 an H100's")
 
     router = routing.get_router()
     p("backends:")
