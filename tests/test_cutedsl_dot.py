@@ -154,8 +154,8 @@ def test_candidates_only_at_m_1_2_4_and_every_one_takes_the_shape():
 
 
 def test_with_pdl_every_uncapped_form_is_also_offered_without_it_and_with_each_placement(monkeypatch):
-    """With PDL (sm90+): the PDL forms, then every uncapped one also without PDL (run 35: such forms won serial
-    A/Bs on an H100), then the ``_ls`` and ``_lw`` placements of every uncapped PDL form at M=1 and of every ``_bx``
+    """With PDL (sm90+): the PDL forms, then every uncapped one also without PDL (run 35a: such a form won a serial
+    A/B on an H100), then the ``_ls`` and ``_lw`` placements of every uncapped PDL form at M=1 and of every ``_bx``
     PDL form at M 2 and 4 (stop 46; the plain-x and capped forms keep the plain placement). Without PDL (this CPU)
     the forms are offered once, with no placement."""
     from sglang_fp32gemm.backends import cutedsl_dot

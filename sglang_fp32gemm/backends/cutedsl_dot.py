@@ -204,8 +204,9 @@ class CuteDSLDotBackend(TvmFfiBackend):
                     if cfg.check_shape(m, n, k)[0]:
                         out.append(cfg)
         if pdl:
-            # Without PDL too: in SGLang's serial chain such forms beat the shipped PDL rows in whole-step A/Bs
-            # on an H100 (runs 35a-b); the serial and region ranks offer each kind's fastest (Tuner.shape).
+            # Without PDL too: in SGLang's serial chain such a form beat the shipped row (Triton's, without PDL)
+            # at M=4 N=1024 in a whole-step A/B on an H100 (run 35a); the serial and region ranks offer each
+            # backend's fastest with and without PDL (Tuner.shape).
             out += [dataclasses.replace(c, pdl=False) for c in out if not c.ctas_cap]
             out += [dataclasses.replace(c, placement=p) for p in PLACEMENTS[1:] for c in out
                     if c.pdl and not c.ctas_cap and (c.branchless_x or m == 1)]
