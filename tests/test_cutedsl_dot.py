@@ -21,7 +21,8 @@ import torch
 from conftest import cutedsl_child, cutedsl_ptx
 from sglang_fp32gemm import exactness
 from sglang_fp32gemm.backends import all_backends, default_backends, parsers
-from sglang_fp32gemm.backends.cutedsl_dot import MAX_W_VECTORS, CuteDSLDotBackend, DotConfig
+from sglang_fp32gemm.backends.cutedsl_dot import (MAX_W_VECTORS, MAX_W_VECTORS_ABOVE_M4, CuteDSLDotBackend,
+                                                  DotConfig)
 from sglang_fp32gemm.backends.cutedsl_warp import CuteDSLWarpBackend
 
 
@@ -29,14 +30,15 @@ from sglang_fp32gemm.backends.cutedsl_warp import CuteDSLWarpBackend
                                  DotConfig(2, 448, 1, True, True), DotConfig(4, 128, 2, False, True),
                                  DotConfig(1, 224, 1, True, False, True), DotConfig(2, 64, 2, True, True, True),
                                  DotConfig(1, 448, 1, True, False, False, 264),
-                                 DotConfig(2, 128, 2, False, True, True, 7)])
+                                 DotConfig(2, 128, 2, False, True, True, 7), DotConfig(8, 224, 2, False, True),
+                                 DotConfig(5, 64, 1)])
 def test_names_round_trip(cfg):
     assert DotConfig.parse(cfg.name) == cfg
     assert CuteDSLDotBackend().kernel_name(cfg) == cfg.name
 
 
 @pytest.mark.parametrize("name, why", [
-    ("cutedsl_dot_m5_t128_r1", "max_m=5"),
+    ("cutedsl_dot_m9_t128_r1", "max_m=9"),
     ("cutedsl_dot_m1_t100_r1", "threads=100"),
     ("cutedsl_dot_m1_t128_r3", "rows=3"),
     ("cutedsl_dot_m1_t128", "is not of the form"),
@@ -126,16 +128,16 @@ def test_the_capped_candidates_are_few_light_and_take_the_shape():
     assert not [c for c in b.candidates(1, 512, 7168) if c.ctas_cap and c.rows == 4]
 
 
-def test_candidates_only_at_m_1_2_4_and_every_one_takes_the_shape():
+def test_candidates_only_at_m_1_2_4_8_and_every_one_takes_the_shape():
     b = CuteDSLDotBackend()
     for k in (7168, 4096, 5120):
         for n in (512, 1024, 2048, 2560):
-            for m in (1, 2, 3, 4, 8):
+            for m in (1, 2, 3, 4, 5, 8, 16):
                 cands = b.candidates(m, n, k)
-                assert bool(cands) == (m in (1, 2, 4)), (m, n, k)
+                assert bool(cands) == (m in (1, 2, 4, 8)), (m, n, k)
                 for c in cands:
                     assert c.max_m == m and b.supports(c, m, n, k)[0], (c, m, n, k)
-                    assert c.rows * k // (8 * c.threads) <= MAX_W_VECTORS
+                    assert c.rows * k // (8 * c.threads) <= (MAX_W_VECTORS if m <= 4 else MAX_W_VECTORS_ABOVE_M4)
     assert {(c.threads, c.rows) for c in b.candidates(1, 512, 7168)} == {
         (64, 1), (64, 2), (128, 1), (128, 2), (128, 4), (224, 1), (224, 2), (224, 4), (448, 1), (448, 2), (448, 4),
         (896, 1), (896, 2), (896, 4)}
@@ -231,7 +233,7 @@ def test_the_order_reference_is_an_exact_fp32_product():
     from sglang_fp32gemm.backends.cutedsl_dot import order_reference as reference
 
     torch.manual_seed(3)
-    for m, n, k, threads in ((1, 16, 2048, 64), (4, 8, 1024, 128), (3, 4, 4096, 256)):
+    for m, n, k, threads in ((1, 16, 2048, 64), (4, 8, 1024, 128), (3, 4, 4096, 256), (8, 8, 7168, 224)):
         x, w = exactness.random_bf16(m, k), exactness.random_bf16(n, k)
         r = exactness.measure(reference(x, w, threads), exactness.reference(x, w))
         assert r.ok and r.rel_err <= 1e-5, r
@@ -243,7 +245,8 @@ def _compile_and_read_ptx(tmp_path: Path, cfg: DotConfig, n: int, k: int) -> str
 
 @pytest.mark.parametrize("cfg, n, k", [(DotConfig(4, 128, 2, True), 512, 7168),
                                        (DotConfig(1, 64, 1, False), 1024, 4096),
-                                       (DotConfig(2, 896, 4, True), 2048, 7168)])
+                                       (DotConfig(2, 896, 4, True), 2048, 7168),
+                                       (DotConfig(8, 448, 1, True, True), 1024, 7168)])
 def test_compiled_for_sm90_on_this_cpu_the_w_loads_come_first_and_nothing_is_atomic(tmp_path, cfg, n, k):
     ptx = _compile_and_read_ptx(tmp_path, cfg, n, k)
     body = ptx[ptx.index(".entry"):]
@@ -340,6 +343,29 @@ def _sass(tmp_path: Path, ptx_text: str) -> str:
                    capture_output=True)
     return subprocess.run([str(tools / "cuobjdump"), "-sass", str(cubin)], check=True, capture_output=True,
                           text=True).stdout
+
+
+def test_the_m8_forms_keep_everything_in_registers(tmp_path):
+    """M=8 (stop 48): rows x 8 sums and x's rows live in registers beside W. At K=7168 ptxas (sm_90a) spilled the
+    forms with 28 W vectors a thread (t64_r2, t128_r4), so above M=4 a form holds at most 16; the heaviest left,
+    t224_r4 (16 vectors, 32 sums) and t64_r1 (14 vectors), compile with no spill."""
+    spec = importlib.util.find_spec("triton")
+    ptxas = Path(spec.origin).parent / "backends" / "nvidia" / "bin" / "ptxas" if spec and spec.origin else None
+    if ptxas is None or not ptxas.exists():
+        pytest.skip("needs Triton's ptxas")
+    b = CuteDSLDotBackend()
+    for name in ("cutedsl_dot_m8_t64_r2_bx", "cutedsl_dot_m8_t128_r4_pdl_bx"):
+        ok, why = b.supports(DotConfig.parse(name), 8, 1024, 7168)
+        assert not ok and "28 W vectors a thread (more than 16 at max_m=8" in why, why
+    assert b.supports(DotConfig.parse("cutedsl_dot_m4_t128_r4_pdl_bx"), 4, 1024, 7168)[0]  # M <= 4: as before
+    for cfg in (DotConfig(8, 224, 4, False, True), DotConfig(8, 64, 1, False, True)):  # this CPU: no PDL
+        assert cfg in b.candidates(8, 1024, 7168)
+        d = tmp_path / cfg.name
+        d.mkdir()
+        (d / "k.ptx").write_text(_compile_and_read_ptx(d, cfg, 1024, 7168))
+        info = subprocess.run([str(ptxas), "-v", "-arch=sm_90a", "-o", str(d / "k.cubin"), str(d / "k.ptx")],
+                              check=True, capture_output=True, text=True).stderr
+        assert "0 bytes spill stores, 0 bytes spill loads" in info, (cfg.name, info)
 
 
 def _mb1_pair(tmp_path: Path) -> tuple[str, str]:

@@ -51,6 +51,25 @@ def test_candidates_are_exact_and_equal_their_order_reference(n, k):
             check(poisoned_call(fn, x, w), x, w, cfg.threads)
 
 
+@pytest.mark.parametrize("name, n, k", [("cutedsl_dot_m8_t224_r2_bx", 1024, 7168),
+                                        ("cutedsl_dot_m8_t448_r1", 1024, 7168),
+                                        ("cutedsl_dot_m8_t224_r4_pdl_lw_bx_mb1", 2048, 7168),
+                                        ("cutedsl_dot_m8_t256_r2_pdl_bx", 2560, 4096)])
+def test_the_m8_forms_are_exact_at_every_m_up_to_8(name, n, k):
+    # M=8 (stop 48, not yet run on a GPU when written): every M 1-8 (rows past M with _bx read x's last row and
+    # are never stored), NaN-poisoned, the order reference's bits; with PDL also right after x's writer.
+    cfg = DotConfig.parse(name)
+    assert cfg in CuteDSLDotBackend().candidates(8, n, k)  # on sm90: with and without PDL
+    fn = bound(cfg, n, k)
+    w = rnd(n, k)
+    for mm in range(1, 9):
+        x = rnd(mm, k)
+        check(poisoned_call(fn, x, w), x, w, cfg.threads)
+    if cfg.pdl:
+        for out, x in replays_after_the_writer(fn, w, cfg.max_m):
+            check(out, x, w, cfg.threads)
+
+
 @pytest.mark.parametrize("cfg, n, k", [(DotConfig(1, 448, 1, True, False, False, 132), 2048, 7168),
                                        (DotConfig(1, 448, 1, True, False, False, 264), 512, 7168),
                                        (DotConfig(2, 448, 2, True, True, False, 100), 1024, 7168),  # a short last trip

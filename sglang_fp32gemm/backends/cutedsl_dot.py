@@ -1,4 +1,4 @@
-"""NVIDIA backend ``cutedsl-dot``: our CuTe-DSL dot-product kernel for M <= 4 (``cutedsl_dot_kernel.py``).
+"""NVIDIA backend ``cutedsl-dot``: our CuTe-DSL dot-product kernel for M <= 8 (``cutedsl_dot_kernel.py``).
 
 One CTA per ``rows`` rows of W over the whole K, every W load in flight
 before the first multiply, no split-K; what it is and why it is exact: the
@@ -19,7 +19,12 @@ import torch
 from sglang_fp32gemm.backends.base import OK, Verdict, bind_device, sm90_or_later
 from sglang_fp32gemm.backends.cutedsl_tvm import VEC, TvmFfiBackend, check_w, compile_form, operand_x
 
-MAX_M = 4                 # the dot product wins only at the smallest M (issue 15)
+#: The dot product wins at the smallest M (issue 15; vLLM's stops at 4). At M=8 each W vector feeds twice the
+#: multiply-adds of M=4 (on an H100 about 1.8 us of FFMA for N=1024 K=7168 against 4.4 us of W at peak
+#: bandwidth), so its forms are offered there too (stop 48; not yet timed on a GPU).
+MAX_M = 8
+#: The M the forms are offered at: aiter's lookup gives each its own row (M 3 and 5-7 take the M=16 row).
+CANDIDATE_M = (1, 2, 4, 8)
 ROWS = (1, 2, 4)
 #: The ``_g`` caps ``candidates`` offers: one and two CTAs an SM of a 132-SM H100/H200.
 CAPS = (132, 264)
@@ -30,8 +35,11 @@ PLACEMENTS = ("", "ls", "lw")
 _FORM = "cutedsl_dot_m<MAX_M>_t<THREADS>_r<ROWS>[_pdl[_ls|_lw]][_bx][_mb1][_g<CTAS>]"
 _NAME_RE = re.compile(r"^cutedsl_dot_m(?P<m>\d+)_t(?P<t>\d+)_r(?P<r>\d+)(?:(?P<pdl>_pdl)(?:_(?P<pl>ls|lw))?)?"
                       r"(?P<bx>_bx)?(?P<mb1>_mb1)?(?:_g(?P<g>[1-9]\d*))?$")
-# A thread keeps rows x K / (8 x threads) 16-byte W vectors in registers.
+# A thread keeps rows x K / (8 x threads) 16-byte W vectors in registers; above M=4 half as many, the rest
+# holding max_m x rows sums and x's rows (ptxas, sm_90a, stop 48: at M=8 the forms with 28 W vectors a thread
+# spilled, t64_r2 and t128_r4 at K=7168; those with 16 or fewer did not).
 MAX_W_VECTORS = 32
+MAX_W_VECTORS_ABOVE_M4 = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,8 +120,9 @@ class DotConfig:
         if k <= 0 or k % (VEC * self.threads):
             return False, f"K={k} is not a multiple of 8 x threads = {VEC * self.threads}"
         vectors = self.rows * k // (VEC * self.threads)
-        if vectors > MAX_W_VECTORS:
-            return False, f"{vectors} W vectors a thread (more than {MAX_W_VECTORS}: registers)"
+        limit = MAX_W_VECTORS if self.max_m <= 4 else MAX_W_VECTORS_ABOVE_M4
+        if vectors > limit:
+            return False, f"{vectors} W vectors a thread (more than {limit} at max_m={self.max_m}: registers)"
         return OK
 
 
@@ -162,7 +171,7 @@ PairFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], "tuple[torch.Tenso
 
 
 class CuteDSLDotBackend(TvmFfiBackend):
-    """Our CuTe-DSL dot-product kernel (M <= 4); serves ``cutedsl`` rows of its name form."""
+    """Our CuTe-DSL dot-product kernel (M <= 8); serves ``cutedsl`` rows of its name form."""
 
     name = "cutedsl-dot"
     config_class = DotConfig
@@ -175,17 +184,17 @@ class CuteDSLDotBackend(TvmFfiBackend):
         return DotConfig.parse_pair(kernel_name)
 
     def candidates(self, m: int, n: int, k: int) -> list[DotConfig]:
-        """At M 1, 2 and 4 (aiter's lookup gives each its own row): every thread count from 64 to 1024
-        that divides K into whole 16-byte slots (K=7168: 64, 128, 224, 448, 896) and row count that
-        tiles the shape, with PDL on sm90 and later; at M=1 each also as ``_mb1``, at M 2 and 4 each also
+        """At ``CANDIDATE_M`` (1, 2, 4 and 8; aiter's lookup gives each its own row): every thread count
+        from 64 to 1024 that divides K into whole 16-byte slots (K=7168: 64, 128, 224, 448, 896) and row
+        count that tiles the shape, with PDL on sm90 and later; at M=1 each also as ``_mb1``, at M 2-8 each also
         as ``_bx`` and ``_bx_mb1`` (the plain form stays there, to compare). Then a few ``_g`` forms, each
         ``CAPS`` cap of the smallest (>= 128) and largest (<= 512) thread count that tiles K at rows 1 and 4
-        (``_bx`` at M 2 and 4): launches light enough to leave room beside SGLang's other streams, which the
+        (``_bx`` from M=2): launches light enough to leave room beside SGLang's other streams, which the
         region rank offers as its lightest (``Tuner.lightest``). With PDL, every uncapped form also without
         it, then the ``_ls`` and ``_lw`` placements of every uncapped PDL form at M=1 and every ``_bx`` PDL form
-        at M 2 and 4 (alone on an H100 they were 2-7% faster than the same form's plain placement at M 1-2,
+        from M=2 (alone on an H100 they were 2-7% faster than the same form's plain placement at M 1-2,
         run 33b; the capped form was slower)."""
-        if m not in (1, 2, 4):
+        if m not in CANDIDATE_M:
             return []
         pdl = sm90_or_later()
         out = []

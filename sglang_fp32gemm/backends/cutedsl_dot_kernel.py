@@ -1,8 +1,8 @@
-"""The CuTe-DSL kernel of the ``cutedsl-dot`` backend: out[M, N] fp32 = x[M, K] @ w[N, K]^T for M <= 4.
+"""The CuTe-DSL kernel of the ``cutedsl-dot`` backend: out[M, N] fp32 = x[M, K] @ w[N, K]^T for M <= 8.
 
 Imported only when the backend binds a kernel (cutlass is imported lazily).
 
-Why it is fast at M <= 4: the call is a read of W, and this kernel has all
+Why it is fast at small M: the call is a read of W, and this kernel has all
 of its W loads in flight at once. A CTA owns ``rows`` rows of W over the
 whole K; each of its ``threads`` threads loads ``iters`` 16-byte vectors of
 each row (K = iters x threads x 8, every offset known when compiled), into
