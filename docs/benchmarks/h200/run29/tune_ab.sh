@@ -12,6 +12,9 @@
 #     29a-b's, 28g's and 28l's decisions from their folders); the rows of an M that ships are in changed.csv.
 #   G_M="8 16" bash docs/benchmarks/h200/run29/tune_ab.sh [N...]   # timeout_s 560
 # G_K=4096 tunes V4-Flash's shapes and runs its A/B in V4-Flash's region model (stop 44; default 7168, V4-Pro).
+# Since stop 48 changed_rows.py also reads the tune's summary: a pick the tuned device already routes (a row of
+# its GPU model's, which the generic rows of SHIPPED do not show) is no change (run 35e A/B'd one against itself);
+# and ab_verdict.py ships only past a 0.36 us margin in both pairs (run 35).
 set -uo pipefail
 . docs/benchmarks/h200/run20/common.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
@@ -28,7 +31,8 @@ timeout -k 10 250 python3 -m sglang_fp32gemm tune --rank region --backends ${G_B
   --n "${ns[@]}" --k "$k" --budget-s 210 --out "$d/sm90_29_region.csv" --summary "$d/summary.json" \
   --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
 echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 10 | cut -c1-260
-python3 docs/benchmarks/h200/run29/changed_rows.py configs/sm90.csv "$d/sm90_29_region.csv" "$d/changed.csv" || exit 0
+python3 docs/benchmarks/h200/run29/changed_rows.py --summary "$d/summary.json" configs/sm90.csv "$d/sm90_29_region.csv" \
+  "$d/changed.csv" || exit 0
 region_ab "$d/changed.csv" 70 --region-m "$(echo $ms | tr ' ' ',')" --region-schedule overlapped --region-model $model
 python3 docs/benchmarks/h200/run29/ab_verdict.py "$OUT/ab"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader

@@ -16,6 +16,9 @@
 #   G_M="2 4" bash docs/benchmarks/h200/run32/iso_tune_ab.sh [N...]   # timeout_s 580
 # As run (32a-d) the tune left the shipped rows out (--no-vs-shipped: with --rank isolated it would have timed the
 # fast table's). The tuner has --serial-table since (stop 45): with it the serial table's shipped row is a finalist.
+# Since stop 48 changed_rows.py also reads the tune's summary: a pick the tuned device already routes (a row of
+# its GPU model's, which the generic rows of SHIPPED do not show) is no change (run 35e A/B'd one against itself);
+# and ab_verdict.py ships only past a 0.36 us margin in both pairs (run 35).
 set -uo pipefail
 . docs/benchmarks/h200/run20/common.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
@@ -30,7 +33,8 @@ timeout -k 10 $((budget + 40)) python3 -m sglang_fp32gemm tune --rank isolated -
   --out "$d/iso.csv" --summary "$d/summary.json" --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
 echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 12 | cut -c1-260
 rows=$d/sm90_32_iso_serial.csv
-python3 docs/benchmarks/h200/run29/changed_rows.py --kernels-only configs/sm90_serial.csv "$d/iso.csv" "$rows" || exit 0
+python3 docs/benchmarks/h200/run29/changed_rows.py --kernels-only --summary "$d/summary.json" configs/sm90_serial.csv \
+  "$d/iso.csv" "$rows" || exit 0
 for v in A B; do
   o=$OUT/iso/$v; mkdir -p "$o"; cfg=$rows; [ $v = B ] && cfg=
   # shellcheck disable=SC2086

@@ -9,6 +9,9 @@
 #  3. region_ab (run20/common.sh), V4-Pro serial at M=G_M, A B A B, 50 s a process; ab_verdict.py says whether
 #     it ships (A below B in both pairs, every result exact, every route check holding).
 #   G_M=4 bash docs/benchmarks/h200/run33/serial_tune_ab.sh
+# Since stop 48 changed_rows.py also reads the tune's summary: a pick the tuned device already routes (a row of
+# its GPU model's, which the generic rows of SHIPPED do not show) is no change (run 35e A/B'd one against itself);
+# and ab_verdict.py ships only past a 0.36 us margin in both pairs (run 35).
 set -uo pipefail
 . docs/benchmarks/h200/run20/common.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
@@ -20,7 +23,8 @@ timeout -k 10 $((budget + 40)) python3 -m sglang_fp32gemm tune --rank serial --b
   --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
 echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 8 | cut -c1-260
 rows=$d/sm90_33_serial.csv
-python3 docs/benchmarks/h200/run29/changed_rows.py --kernels-only configs/sm90_serial.csv "$d/s_serial.csv" "$rows" || exit 0
+python3 docs/benchmarks/h200/run29/changed_rows.py --kernels-only --summary "$d/summary.json" configs/sm90_serial.csv \
+  "$d/s_serial.csv" "$rows" || exit 0
 region_ab "$rows" 50 --region-m "$m" --region-schedule serial
 python3 docs/benchmarks/h200/run29/ab_verdict.py "$OUT/ab"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
