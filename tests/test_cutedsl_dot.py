@@ -158,7 +158,7 @@ def test_candidates_only_at_m_1_2_4_8_and_every_one_takes_the_shape():
 def test_with_pdl_every_uncapped_form_is_also_offered_without_it_and_with_each_placement(monkeypatch):
     """With PDL (sm90+): the PDL forms, then every uncapped one also without PDL (run 35a: such a form won a serial
     A/B on an H100), then the ``_ls`` and ``_lw`` placements of every uncapped PDL form at M=1 and of every ``_bx``
-    PDL form at M 2 and 4 (stop 46; the plain-x and capped forms keep the plain placement). Without PDL (this CPU)
+    PDL form from M=2 (stop 46; the plain-x and capped forms keep the plain placement). Without PDL (this CPU)
     the forms are offered once, with no placement."""
     from sglang_fp32gemm.backends import cutedsl_dot
 
@@ -183,7 +183,7 @@ def test_with_pdl_every_uncapped_form_is_also_offered_without_it_and_with_each_p
     monkeypatch.setattr(cutedsl_dot, "sm90_or_later", lambda: True)
     names = {c.name for c in b.candidates(2, 2560, 7168)}
     assert {"cutedsl_dot_m2_t224_r1_pdl_lw_bx_mb1", "cutedsl_dot_m2_t224_r1_bx_mb1"} <= names
-    # The serial rows the H100 ships without PDL (run 35) are candidates again.
+    # The H100's serial row (35a) and one of 35b's forms without PDL are candidates.
     assert "cutedsl_dot_m4_t224_r2_bx" in {c.name for c in b.candidates(4, 1024, 7168)}
     assert "cutedsl_dot_m1_t256_r1" in {c.name for c in b.candidates(1, 2048, 4096)}
 

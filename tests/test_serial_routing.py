@@ -253,8 +253,8 @@ def test_the_region_hook_traces_under_fullgraph_compile():
 def test_the_packaged_pair_rows_route_v4_pro_and_v4_flash_at_m_1_to_64(monkeypatch):
     """configs/sm90_pair.csv: V4-Pro's ratio-4 pair (runs 23-24, M 1-16; run 31i, M 32 and 64) and V4-Flash's
     (run 25b, M 1-16; run 35a, M 32 and 64) are one launch at M 1-64 on a 132-SM sm90 device (the M between rows
-    by aiter's bucketing), each call its own route above. V4-Pro: the dot pair at M 1-2 (M=2 an _lw placement, run 33f), Triton's
-    above; V4-Flash: the dot pair at M 1-2 (M=2 a _bx form), Triton's above."""
+    by aiter's bucketing), each call its own route above. V4-Pro: the dot pair at M 1-2 (M=2 an _lw placement,
+    run 33f), Triton's above; V4-Flash: the dot pair at M 1-2 (M=2 a _bx form), Triton's above."""
     monkeypatch.delenv("SGLANG_FLYDSL_FP32_GEMM_CONFIG", raising=False)
     code, text = explain_mod.explain("sm90:132", max_m=128)
     assert code == 0, text
@@ -271,7 +271,7 @@ def test_the_packaged_pair_rows_route_v4_pro_and_v4_flash_at_m_1_to_64(monkeypat
             assert lines[m - 1].startswith(f"M={m:<9}cutedsl-dot {kernel} pair 512+2048 (row "
                                            f"configs/sm90_pair.csv:{line_no})"), lines
         assert all(f" triton {triton}" in line for line in lines[len(dot):-1]), lines
-        assert all(f" triton triton_epoch_fp32_bm16_bn64_bk" in line for line in lines[len(dot):len(dot) + 3]), lines
+        assert all(" triton triton_epoch_fp32_bm16_bn64_bk" in line for line in lines[len(dot):len(dot) + 3]), lines
         assert lines[-1] == f"{f'M={beyond}-128':<11}each call its own route", lines
     # V4-Pro's M 17-64 (run 31i, A/B-checked in the serial schedule on an H100): Triton's pair, lines 12 and 13.
     for ms, kernel, line_no in (("17-32", "triton_epoch_fp32_bm32_bn64_bk64_sk8_w4_s4", 12),
