@@ -352,7 +352,7 @@ class TunedTable:
         self._every_row = [r for _, rows in rows_by_file for r in rows]
         #: GPU model ("" for none) -> key -> row, built at a model's first lookup.
         self._views: dict[str, dict[tuple, TunedRow]] = {}
-        self._rows = self._view("")
+        self._view("")  # the generic rows: start-up logs the overrides, as before
 
     def _view(self, model: str) -> dict[tuple, TunedRow]:
         """The rows a device of ``model`` reads, keyed by the architecture alone: file by file, the generic
@@ -379,7 +379,7 @@ class TunedTable:
 
     def rows(self) -> list[TunedRow]:
         """The merged rows: one per key, the last file's (no GPU model's rows)."""
-        return list(self._rows.values())
+        return list(self._view("").values())
 
     def ms(self, dev: DeviceKey, n: int, k: int) -> list[int]:
         """The M values with a row for ``dev`` at N and K, ascending."""
@@ -391,7 +391,7 @@ class TunedTable:
         return list(self._every_row)
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._view(""))
 
     def lookup(self, dev: DeviceKey, m: int, n: int, k: int, dtype: str = "torch.bfloat16",
                outdtype: str = "torch.float32", bias: bool = False) -> Optional[TunedRow]:

@@ -11,7 +11,14 @@ import pathlib
 import pytest
 
 H200_DIR = pathlib.Path(__file__).resolve().parents[1] / "docs/benchmarks/h200"
-SCRIPT = H200_DIR / "run29/ab_verdict.py"
+
+
+def _script(name: str):
+    """One of run 29's scripts, imported fresh (ab_verdict.py reads its margin from the environment at import)."""
+    spec = importlib.util.spec_from_file_location(name, H200_DIR / f"run29/{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _load(monkeypatch, margin: str | None):
@@ -19,10 +26,7 @@ def _load(monkeypatch, margin: str | None):
         monkeypatch.delenv("AB_MIN_MARGIN_US", raising=False)
     else:
         monkeypatch.setenv("AB_MIN_MARGIN_US", margin)
-    spec = importlib.util.spec_from_file_location("ab_verdict", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _script("ab_verdict")
 
 
 def _write(ab_dir: pathlib.Path, routed: dict[str, float], exact: bool = True) -> None:
@@ -61,18 +65,11 @@ def test_the_margin_can_be_set_and_exactness_still_decides(tmp_path, monkeypatch
     assert "a result not exact" in capsys.readouterr().out
 
 
-def _changed_rows():
-    spec = importlib.util.spec_from_file_location("changed_rows", H200_DIR / "run29/changed_rows.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_a_pick_the_device_already_routes_is_no_change(tmp_path, capsys):
     """Run 35e: the serial tune's pick at M=2 N=1024 was the H100's own row (then in configs/), while the generic
     row differs; compared with the generic rows alone it looked changed, and the A/B ran the same kernels on both
     sides. With the tune's summary ("shipped": what the device routed) it is no change."""
-    mod = _changed_rows()
+    mod = _script("changed_rows")
     tune = H200_DIR / "run35/35e_h100_serial_tune_m2_n1024/s_tune"
     shipped = tmp_path / "sm90_serial.csv"  # the generic row of that shape, as configs/ has it
     shipped.write_text("gfx,cu_num,M,N,K,bias,dtype,outdtype,scaleAB,bpreshuffle,libtype,solidx,splitK,us,kernelName\n"
