@@ -9,6 +9,7 @@
 #  3. the serial tune at M=8 N=1024 K=7168, cutedsl-dot (now with the M=8 forms) and Triton, its changed row
 #     A/B'd in the V4-Pro serial step (run33/serial_tune_ab.sh, budget 200 s).
 #   bash docs/benchmarks/h200/run36/first.sh
+# FIRST_TUNE_S: the serial tune's budget (default 200; stop 49 lowered it where little device time was left).
 set -uo pipefail
 . docs/benchmarks/h200/run20/common.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
@@ -21,4 +22,4 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   python3 docs/benchmarks/h200/run29/ab_verdict.py "$OUT/ab"; mv "$OUT/ab" "$OUT/ab_h100_row_m4"
 fi
 echo "elapsed ${SECONDS}s"
-G_M=8 G_BUDGET=200 bash docs/benchmarks/h200/run33/serial_tune_ab.sh
+G_M=8 G_BUDGET=${FIRST_TUNE_S:-200} bash docs/benchmarks/h200/run33/serial_tune_ab.sh

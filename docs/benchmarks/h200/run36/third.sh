@@ -6,12 +6,13 @@
 #    at most 300 s have passed (35c on an H100 took under 240 s for the region);
 #  - on an H100: run36/second.sh (the M=8 dot forms ranked alone at N 2048 / 512 / 2560).
 #   bash docs/benchmarks/h200/run36/third.sh
+# ISO_BY: the seconds by which the region part must end for the isolated part to run (default 300).
 set -uo pipefail
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
   STATUS_M=1,2,4,8,16,32,64 bash docs/benchmarks/h200/run24/status.sh region
   echo "elapsed ${SECONDS}s"
-  [ "$SECONDS" -le 300 ] && bash docs/benchmarks/h200/run24/status.sh isolated
+  [ "$SECONDS" -le "${ISO_BY:-300}" ] && bash docs/benchmarks/h200/run24/status.sh isolated
   exit 0
 fi
 exec bash docs/benchmarks/h200/run36/second.sh
