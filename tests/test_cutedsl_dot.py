@@ -128,13 +128,15 @@ def test_the_capped_candidates_are_few_light_and_take_the_shape():
     assert not [c for c in b.candidates(1, 512, 7168) if c.ctas_cap and c.rows == 4]
 
 
-def test_candidates_only_at_m_1_2_4_8_and_every_one_takes_the_shape():
+def test_candidates_only_at_m_1_2_4_and_every_one_takes_the_shape():
+    # Not at M=8 (runs 36a-b: its best forms about 40% slower than Triton's alone), though the kernel takes it.
     b = CuteDSLDotBackend()
+    assert b.supports(DotConfig(8, 224, 2, False, True), 8, 1024, 7168)[0]
     for k in (7168, 4096, 5120):
         for n in (512, 1024, 2048, 2560):
             for m in (1, 2, 3, 4, 5, 8, 16):
                 cands = b.candidates(m, n, k)
-                assert bool(cands) == (m in (1, 2, 4, 8)), (m, n, k)
+                assert bool(cands) == (m in (1, 2, 4)), (m, n, k)
                 for c in cands:
                     assert c.max_m == m and b.supports(c, m, n, k)[0], (c, m, n, k)
                     assert c.rows * k // (8 * c.threads) <= (MAX_W_VECTORS if m <= 4 else MAX_W_VECTORS_ABOVE_M4)
@@ -358,8 +360,8 @@ def test_the_m8_forms_keep_everything_in_registers(tmp_path):
         ok, why = b.supports(DotConfig.parse(name), 8, 1024, 7168)
         assert not ok and "28 W vectors a thread (more than 16 at max_m=8" in why, why
     assert b.supports(DotConfig.parse("cutedsl_dot_m4_t128_r4_pdl_bx"), 4, 1024, 7168)[0]  # M <= 4: as before
-    for cfg in (DotConfig(8, 224, 4, False, True), DotConfig(8, 64, 1, False, True)):  # this CPU: no PDL
-        assert cfg in b.candidates(8, 1024, 7168)
+    for cfg in (DotConfig(8, 224, 4, False, True), DotConfig(8, 64, 1, False, True)):
+        assert b.supports(cfg, 8, 1024, 7168)[0]
         d = tmp_path / cfg.name
         d.mkdir()
         (d / "k.ptx").write_text(_compile_and_read_ptx(d, cfg, 1024, 7168))

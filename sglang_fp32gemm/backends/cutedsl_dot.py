@@ -19,12 +19,13 @@ import torch
 from sglang_fp32gemm.backends.base import OK, Verdict, bind_device, sm90_or_later
 from sglang_fp32gemm.backends.cutedsl_tvm import VEC, TvmFfiBackend, check_w, compile_form, operand_x
 
-#: The dot product wins at the smallest M (issue 15; vLLM's stops at 4). At M=8 each W vector feeds twice the
-#: multiply-adds of M=4 (on an H100 about 1.8 us of FFMA for N=1024 K=7168 against 4.4 us of W at peak
-#: bandwidth), so its forms are offered there too (stop 48; not yet timed on a GPU).
+#: The kernel takes M up to 8 (exact at every M 1-8 on an H100, run 36a), so a row may name an M=8 form.
 MAX_M = 8
-#: The M the forms are offered at: aiter's lookup gives each its own row (M 3 and 5-7 take the M=16 row).
-CANDIDATE_M = (1, 2, 4, 8)
+#: The M the forms are offered at: aiter's lookup gives each its own row (M 3 and 5-7 take the M=16 row). The dot
+#: product wins at the smallest M (issue 15; vLLM's stops at 4). Not at M=8: there the best form took 9.8 us
+#: alone at N=1024 K=7168 against Triton's 7.0, and 17.3 against 12.3 at N=2048 (H100, runs 36a-b), so the
+#: tuner no longer spends time on them.
+CANDIDATE_M = (1, 2, 4)
 ROWS = (1, 2, 4)
 #: The ``_g`` caps ``candidates`` offers: one and two CTAs an SM of a 132-SM H100/H200.
 CAPS = (132, 264)
@@ -184,9 +185,9 @@ class CuteDSLDotBackend(TvmFfiBackend):
         return DotConfig.parse_pair(kernel_name)
 
     def candidates(self, m: int, n: int, k: int) -> list[DotConfig]:
-        """At ``CANDIDATE_M`` (1, 2, 4 and 8; aiter's lookup gives each its own row): every thread count
+        """At ``CANDIDATE_M`` (1, 2 and 4; aiter's lookup gives each its own row): every thread count
         from 64 to 1024 that divides K into whole 16-byte slots (K=7168: 64, 128, 224, 448, 896) and row
-        count that tiles the shape, with PDL on sm90 and later; at M=1 each also as ``_mb1``, at M 2-8 each also
+        count that tiles the shape, with PDL on sm90 and later; at M=1 each also as ``_mb1``, from M=2 each also
         as ``_bx`` and ``_bx_mb1`` (the plain form stays there, to compare). Then a few ``_g`` forms, each
         ``CAPS`` cap of the smallest (>= 128) and largest (<= 512) thread count that tiles K at rows 1 and 4
         (``_bx`` from M=2): launches light enough to leave room beside SGLang's other streams, which the
