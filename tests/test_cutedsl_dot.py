@@ -21,8 +21,7 @@ import torch
 from conftest import cutedsl_child, cutedsl_ptx
 from sglang_fp32gemm import exactness
 from sglang_fp32gemm.backends import all_backends, default_backends, parsers
-from sglang_fp32gemm.backends.cutedsl_dot import (MAX_W_VECTORS, MAX_W_VECTORS_ABOVE_M4, CuteDSLDotBackend,
-                                                  DotConfig)
+from sglang_fp32gemm.backends.cutedsl_dot import MAX_W_VECTORS, CuteDSLDotBackend, DotConfig
 from sglang_fp32gemm.backends.cutedsl_warp import CuteDSLWarpBackend
 
 
@@ -139,7 +138,7 @@ def test_candidates_only_at_m_1_2_4_and_every_one_takes_the_shape():
                 assert bool(cands) == (m in (1, 2, 4)), (m, n, k)
                 for c in cands:
                     assert c.max_m == m and b.supports(c, m, n, k)[0], (c, m, n, k)
-                    assert c.rows * k // (8 * c.threads) <= (MAX_W_VECTORS if m <= 4 else MAX_W_VECTORS_ABOVE_M4)
+                    assert c.rows * k // (8 * c.threads) <= MAX_W_VECTORS
     assert {(c.threads, c.rows) for c in b.candidates(1, 512, 7168)} == {
         (64, 1), (64, 2), (128, 1), (128, 2), (128, 4), (224, 1), (224, 2), (224, 4), (448, 1), (448, 2), (448, 4),
         (896, 1), (896, 2), (896, 4)}
