@@ -259,29 +259,25 @@ def test_the_packaged_pair_rows_route_v4_pro_and_v4_flash_at_m_1_to_64(monkeypat
     code, text = explain_mod.explain("sm90:132", max_m=128)
     assert code == 0, text
     assert "pair table: configs/sm90_pair.csv (" in text
-    # (K, rows of the dot pair from M=1 as (kernel, file line), the Triton kernel of the rest or "" for any, the
-    # first M with no pair row)
-    for k, dot, triton, beyond in ((7168, [("cutedsl_dot_m1_t448_r1_pdl", 2),
-                                           ("cutedsl_dot_m2_t224_r1_pdl_lw_bx_mb1", 3)], "", 65),
-                                   (4096, [("cutedsl_dot_m1_t256_r1_pdl", 7), ("cutedsl_dot_m2_t256_r1_pdl_bx", 8)],
-                                    "", 65)):
+    # Per K: the dot pair's rows from M=1 as (kernel, file line), then Triton's pair at M 17-32 and 33-64 as
+    # (M, kernel, file line): V4-Pro's from run 31i, V4-Flash's from run 35a, each A/B-checked in the serial
+    # schedule on an H100. No pair row from M=65.
+    for k, dot, above16 in ((7168, [("cutedsl_dot_m1_t448_r1_pdl", 2), ("cutedsl_dot_m2_t224_r1_pdl_lw_bx_mb1", 3)],
+                             [("17-32", "triton_epoch_fp32_bm32_bn64_bk64_sk8_w4_s4", 12),
+                              ("33-64", "triton_epoch_fp32_bm64_bn64_bk64_sk8_w4_s4", 13)]),
+                            (4096, [("cutedsl_dot_m1_t256_r1_pdl", 7), ("cutedsl_dot_m2_t256_r1_pdl_bx", 8)],
+                             [("17-32", "triton_epoch_fp32_bm32_bn64_bk64_sk8_w4_s4", 14),
+                              ("33-64", "triton_epoch_fp32_bm64_bn64_bk64_sk4_w4_s4", 15)])):
         block = text.split(f"N=512+2048 K={k}")[1].split("  N=")[0]
         lines = [line.strip() for line in block.splitlines()[1:] if line.strip().startswith("M=")]
         for m, (kernel, line_no) in enumerate(dot, 1):
             assert lines[m - 1].startswith(f"M={m:<9}cutedsl-dot {kernel} pair 512+2048 (row "
                                            f"configs/sm90_pair.csv:{line_no})"), lines
-        assert all(f" triton {triton}" in line for line in lines[len(dot):-1]), lines
+        assert all(" triton " in line for line in lines[len(dot):-1]), lines
         assert all(" triton triton_epoch_fp32_bm16_bn64_bk" in line for line in lines[len(dot):len(dot) + 3]), lines
-        assert lines[-1] == f"{f'M={beyond}-128':<11}each call its own route", lines
-    # V4-Pro's M 17-64 (run 31i, A/B-checked in the serial schedule on an H100): Triton's pair, lines 12 and 13.
-    for ms, kernel, line_no in (("17-32", "triton_epoch_fp32_bm32_bn64_bk64_sk8_w4_s4", 12),
-                                ("33-64", "triton_epoch_fp32_bm64_bn64_bk64_sk8_w4_s4", 13)):
-        assert f"M={ms:<9}triton {kernel} pair 512+2048 (row configs/sm90_pair.csv:{line_no})" in text, text
-    # V4-Flash's M 17-64 (run 35a, A/B-checked in the serial schedule on an H100): lines 14 and 15.
-    flash = text.split("N=512+2048 K=4096")[1].split("  N=")[0]
-    for ms, kernel, line_no in (("17-32", "triton_epoch_fp32_bm32_bn64_bk64_sk8_w4_s4", 14),
-                                ("33-64", "triton_epoch_fp32_bm64_bn64_bk64_sk4_w4_s4", 15)):
-        assert f"M={ms:<9}triton {kernel} pair 512+2048 (row configs/sm90_pair.csv:{line_no})" in flash, flash
+        for ms, kernel, line_no in above16:
+            assert f"M={ms:<9}triton {kernel} pair 512+2048 (row configs/sm90_pair.csv:{line_no})" in block, block
+        assert lines[-1] == f"{'M=65-128':<11}each call its own route", lines
 
 
 def test_a_pair_row_naming_a_capped_dot_form_stops_the_start_up_naming_its_line(tmp_path):
