@@ -27,9 +27,13 @@ case "${1:-}" in
         git grep -qF -e "${f#"$H"/}" -- '*.sh' '*.py' || echo "$f"
       done
     }
+    # Records the tests read stay (tests/test_ab_tools.py reads run 35's tune summaries): the run folders
+    # tests/*.py name under $H.
+    read_by_tests=$(git grep -ohE 'run[0-9]+/[A-Za-z0-9_./-]+' -- 'tests/*.py' | sort -u)
     { git ls-files $H | grep -vE '\.(jsonl\.gz|csv|sh|py)$'; unnamed_logs; git ls-files docs | grep -v "^$H/" | grep '\.md$'; } |
     while read -r f; do
       [ -e "$f" ] || continue
+      grep -qxF -e "$(dirname "${f#"$H"/}")" <<< "$read_by_tests" && continue
       mkdir -p "$ROOM/$(dirname "$f")" && mv "$f" "$ROOM/$f" && echo "$f"
     done > "$LIST"
     echo "device_room: moved $(wc -l < "$LIST") files ($(cd "$ROOM" && du -sh docs 2>/dev/null | cut -f1)) to $ROOM"

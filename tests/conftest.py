@@ -281,7 +281,9 @@ def cutedsl_child(code: str, **env: str) -> str:
     for mod, dist in (("cutlass", "nvidia-cutlass-dsl"), ("tvm_ffi", "apache-tvm-ffi")):
         if importlib.util.find_spec(mod) is None:
             pytest.skip(f"{dist} is not installed: the kernel cannot be compiled here")
-    p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), **env),
+    # REPO_ROOT first, the outer PYTHONPATH kept: the CuTe DSL may come from it (the device's carry).
+    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=path, **env),
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     return p.stdout

@@ -164,8 +164,9 @@ def test_with_pdl_every_uncapped_form_is_also_offered_without_it_and_with_each_p
     from sglang_fp32gemm.backends import cutedsl_dot
 
     b = CuteDSLDotBackend()
+    monkeypatch.setattr(cutedsl_dot, "sm90_or_later", lambda: False)  # as on this CPU, on a GPU too
     cpu = b.candidates(2, 2048, 7168)
-    assert not any(c.placement or c.pdl for c in cpu)
+    assert cpu and not any(c.placement or c.pdl for c in cpu)
     monkeypatch.setattr(cutedsl_dot, "sm90_or_later", lambda: True)
     for m in (1, 2, 4):
         cands = b.candidates(m, 2048, 7168)

@@ -85,7 +85,10 @@ def test_shape_rules(cfg, m, n, k, ok):
     assert CuteDSLMmaBackend().supports(cfg, m, n, k)[0] is ok
 
 
-def test_candidates_only_at_m_1_to_32_and_every_one_takes_the_shape():
+def test_candidates_only_at_m_1_to_32_and_every_one_takes_the_shape(monkeypatch):
+    from sglang_fp32gemm.backends import cutedsl_mma
+
+    monkeypatch.setattr(cutedsl_mma, "sm90_or_later", lambda: False)  # as on this CPU, on a GPU too
     b = CuteDSLMmaBackend()
     for k in (7168, 4096, 5120):
         for n in (512, 1024, 2048, 2560):
@@ -102,7 +105,7 @@ def test_candidates_only_at_m_1_to_32_and_every_one_takes_the_shape():
                         continue
                     assert steps * (nt + (0 if c.staged else 2 * c.rg)) <= MAX_VECTORS
                     assert not c.staged or steps * 2 * c.rg * 16 * 32 * c.warps <= MAX_STAGE_BYTES
-    # Without a GPU no PDL form is offered; every W placement is.
+    # Without PDL (no sm90 GPU) no PDL form is offered; every W placement is.
     assert {(c.staged, c.depth) for c in b.candidates(8, 1024, 7168)} == {(False, 0), (True, 0), (False, 4),
                                                                             (False, 8)}
     assert not any(c.pdl for c in b.candidates(8, 1024, 7168))

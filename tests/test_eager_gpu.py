@@ -14,6 +14,7 @@ captures), the serial table's (laid over them) every other call.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import pytest
 import torch
@@ -96,20 +97,26 @@ def test_an_eager_call_of_a_cutedsl_row_runs_triton_and_a_captured_one_cutedsl(m
         _exact(out, x, w)
 
 
-def test_an_eager_call_of_a_torch_row_runs_the_eager_tables_kernel_and_a_captured_one_torch(monkeypatch):
+def test_an_eager_call_of_a_torch_row_runs_the_eager_tables_kernel_and_a_captured_one_torch(monkeypatch, tmp_path):
     from sglang_fp32gemm import routing, settings
-    from sglang_fp32gemm.table import device_key
+    from sglang_fp32gemm.table import device_key, format_rows
 
-    monkeypatch.setenv(settings.ENABLE_VAR, "1")
-    settings.reload()
-    router = routing.reset_router()
     dev = torch.device("cuda", torch.cuda.current_device())
     key = device_key(dev)
+    monkeypatch.setenv(settings.ENABLE_VAR, "1")
+    settings.reload()
     # The eager table's rows override fast-table rows: calls inside SGLang's multi-stream region.
-    found = [(r.M, r.N, r.K) for r in router.config.eager_table.rows() if (r.gfx, r.cu_num) == (key.gfx, key.cu_num)]
+    found = [r for r in routing.reset_router().config.eager_table.rows() if (r.gfx, r.cu_num) == (key.gfx, key.cu_num)]
     if not found:
         pytest.skip(f"no eager-table row for {key}")
-    m, n, k = found[0]
+    m, n, k = found[0].M, found[0].N, found[0].K
+    # The packaged fast table has a torch row on one GPU model only (the H200's M=1 N=512): one laid over it at
+    # the eager row's shape lets every GPU with eager rows run this.
+    fast = tmp_path / "torch_row.csv"
+    fast.write_text(format_rows([dataclasses.replace(found[0], libtype="torch", kernelName="", splitK=0)]))
+    monkeypatch.setenv(settings.CONFIG_VAR, str(fast))
+    settings.reload()
+    router = routing.reset_router()
     p = router.plan(key, m, n, k)
     assert p.backend is None and p.eager is not None and p.eager.backend is not None, p  # a torch row
     eager_key = (p.eager.backend.name, p.eager.backend.kernel_name(p.eager.cfg))

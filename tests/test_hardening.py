@@ -91,7 +91,7 @@ print("REPORT " + json.dumps({"added": sorted(set(sys.modules) - before), "state
 '''
 
 
-def test_a_plugin_that_is_off_imports_no_model_code_and_hooks_no_gemm():
+def test_a_plugin_that_is_off_imports_no_model_code_and_hooks_no_gemm(sglang_available):
     from conftest import run_python
 
     rep = _report(run_python(_OFF_COST, timeout=300))

@@ -164,8 +164,10 @@ def test_bench_every_mode_on_the_gpu(tmp_path, plain_router):
     det = json.load(open(out / "bench_det.json"))["results"][0]
     assert det["repeatable"]["routed"] is True
     eager = json.load(open(out / "bench_eager.json"))["results"]
-    # The fallback path is a hook and a route lookup in Python: about 1 us of host time, not tens.
-    assert eager[1]["kind"] == "fallback" and -5 < eager[1]["added_us"] < 10, eager[1]
+    # The fallback path is a hook and a route lookup in Python: about 1 us of host time, not tens. Only the
+    # upper bound: a difference of two wall times goes far below zero when other processes share the GPU
+    # (run 37c, the suite with 8 workers: -53.9 us); the benchmark's target line checks the 1 us.
+    assert eager[1]["kind"] == "fallback" and eager[1]["added_us"] < 10, eager[1]
     dec = json.load(open(out / "bench_decode.json"))["results"][0]
     add = dec["add_per_layer_us"]
     assert set(add) == {"torch", "routed", "cols", "cols+pdl"} and dec["kernel"]["cols+pdl"] == "cols_a_pdl"
