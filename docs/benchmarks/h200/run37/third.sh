@@ -4,7 +4,7 @@
 #    M 1-64, every column in one process; then status.sh isolated if at most 300 s have passed). The H200 last ran
 #    them in 34b-c, before run 35's V4-Flash pair rows.
 #  - on an H100: tests/test_cutedsl_dot.py, whose two ptxas tests failed in 37d (Triton 3.6.0's ptxas reads PTX ISA
-#    8.7, the CuTe DSL 4.8.0 writes 8.8) and now skip, naming ptxas's words; then the GPU files of the dot kernel.
+#    8.7, the CuTe DSL 4.8.0 writes 8.8) and now skip, naming ptxas's words, with the dot kernel's GPU test file.
 #   bash docs/benchmarks/h200/run37/third.sh
 set -uo pipefail
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
