@@ -231,7 +231,7 @@ def _ok(o, t, kt, s):
 
 
 def test_source_tag_names_the_versions():
-    from sglang_fp32gemm.backends.verdict_cache import dist_version
+    from sglang_fp32gemm.backends.base import dist_version
 
     tag = CuteDSLWarpBackend().source_tag(WarpSplitKConfig(16, 8, 256, 8, 1))
     # "sglang-none" where SGLang is not installed (the device machine loads the kernel's file from a carry)

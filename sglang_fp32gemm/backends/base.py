@@ -98,16 +98,22 @@ def sha12(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:12]
 
 
+def dist_version(*names: str) -> Optional[str]:
+    """The installed version of the first of ``names`` that has one; else None."""
+    from importlib import metadata
+
+    for name in names:
+        try:
+            return metadata.version(name)
+        except Exception:  # not installed, or broken metadata
+            continue
+    return None
+
+
 def file_source_tag(kernel_file: Path, dist: str, label: str) -> str:
     """``<sha256 of kernel_file, 12 hex>-<label><installed version of dist, or none>`` (import-free): what a
     backend's on-disk probe verdicts are keyed by."""
-    try:
-        from importlib.metadata import version
-
-        v = version(dist)
-    except Exception:  # not installed
-        v = "none"
-    return f"{sha12(kernel_file.read_bytes())}-{label}{v}"
+    return f"{sha12(kernel_file.read_bytes())}-{label}{dist_version(dist) or 'none'}"
 
 
 def nvidia_capability() -> tuple[Optional[tuple[int, int]], str]:

@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from sglang_fp32gemm.backends.base import OK, Backend, KernelFn, NotReadyInCapture, Verdict, nvidia_capability
+from sglang_fp32gemm.backends.base import (OK, Backend, KernelFn, NotReadyInCapture, Verdict, dist_version,
+                                           nvidia_capability)
 
 logger = logging.getLogger(__name__)
 
@@ -193,15 +194,7 @@ class CuteDSLWarpBackend(Backend):
         return cfg.check_shape(m, n, k)
 
     def source_tag(self, cfg: WarpSplitKConfig) -> str:
-        from importlib.metadata import PackageNotFoundError, version
-
-        parts = []
-        for dist in ("sglang", "nvidia-cutlass-dsl"):
-            try:
-                parts.append(f"{dist}{version(dist)}")
-            except PackageNotFoundError:
-                parts.append(f"{dist}-none")
-        return "-".join(parts)
+        return "-".join(f"{dist}{dist_version(dist) or '-none'}" for dist in ("sglang", "nvidia-cutlass-dsl"))
 
     def candidates(self, m: int, n: int, k: int) -> list[WarpSplitKConfig]:
         """SGLang's ``autotune_tactics(m, n, k)`` (its default first); [] without SGLang's module."""

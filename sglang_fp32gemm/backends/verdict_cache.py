@@ -13,13 +13,13 @@ import os
 import stat
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 
 from sglang_fp32gemm import exactness
+from sglang_fp32gemm.backends.base import dist_version
 
 logger = logging.getLogger(__name__)
 
@@ -31,16 +31,6 @@ _MAX_ENTRY_BYTES = 64 << 10
 
 #: (directory, problem) pairs already warned about in this process.
 _warned: set[tuple[str, str]] = set()
-
-
-def dist_version(*names: str) -> Optional[str]:
-    """The installed version of the first of ``names`` that has one; else None."""
-    for name in names:
-        try:
-            return metadata.version(name)
-        except Exception:  # not installed, or broken metadata
-            continue
-    return None
 
 
 def _first_line(path: str) -> Optional[str]:

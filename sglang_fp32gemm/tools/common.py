@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import torch
 
-from sglang_fp32gemm.backends.verdict_cache import dist_version
+from sglang_fp32gemm.backends.base import dist_version
 from sglang_fp32gemm.tools import vllm_peer
 
 K_PRO, K_FLASH = 7168, 4096
