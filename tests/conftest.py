@@ -259,10 +259,15 @@ def made_ahead_report(node: pytest.Item, shared_report: Callable[[str, Callable[
     return shared_report(*mark.args)
 
 
+def pythonpath_with(first: Path) -> str:
+    """``first``, then this process's PYTHONPATH, kept: the device machine's carries (the CuTe DSL) come from it."""
+    return os.pathsep.join(p for p in (str(first), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not _is_plugin_var(k) and k != "TRITON_INTERPRET"}
     env.setdefault("PYTHONUNBUFFERED", "1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS_DIR), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = pythonpath_with(TESTS_DIR)
     env.update(extra)
     return env
 
@@ -281,9 +286,7 @@ def cutedsl_child(code: str, **env: str) -> str:
     for mod, dist in (("cutlass", "nvidia-cutlass-dsl"), ("tvm_ffi", "apache-tvm-ffi")):
         if importlib.util.find_spec(mod) is None:
             pytest.skip(f"{dist} is not installed: the kernel cannot be compiled here")
-    # REPO_ROOT first, the outer PYTHONPATH kept: the CuTe DSL may come from it (the device's carry).
-    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=path, **env),
+    p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=pythonpath_with(REPO_ROOT), **env),
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     return p.stdout
