@@ -15,6 +15,7 @@
 # Since stop 48 changed_rows.py also reads the tune's summary: a pick the tuned device already routes (a row of
 # its GPU model's, which the generic rows of SHIPPED do not show) is no change (run 35e A/B'd one against itself);
 # and ab_verdict.py ships only past a 0.36 us margin in both pairs (run 35).
+# G_BUDGET sets the tune's budget in seconds (default 210; run 39a, an H100, needed ~215 for two shapes at M=2).
 set -uo pipefail
 . docs/benchmarks/h200/run20/common.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
@@ -22,13 +23,14 @@ d=$OUT/g_tune; mkdir -p "$d"
 ns=("$@"); [ ${#ns[@]} -gt 0 ] || ns=(2048 1024 512)
 ms=${G_M:-8 16}
 k=${G_K:-7168}
+budget=${G_BUDGET:-210}
 # The region model of the tuned shapes, as the tune itself picks it (region.spec_for): none, no A/B to run.
 model=$(python3 -c 'import sys; from sglang_fp32gemm.tools import region
 s = region.spec_for(int(sys.argv[1]), int(sys.argv[2])); print(s.name if s else "")' "${ns[0]}" "$k")
 [ -n "$model" ] || { echo "tune_ab.sh: no shipped region model has N=${ns[0]} K=$k"; exit 2; }
 # shellcheck disable=SC2086
-timeout -k 10 250 python3 -m sglang_fp32gemm tune --rank region --backends ${G_BACKENDS:-triton} --m $ms \
-  --n "${ns[@]}" --k "$k" --budget-s 210 --out "$d/sm90_29_region.csv" --summary "$d/summary.json" \
+timeout -k 10 $((budget + 40)) python3 -m sglang_fp32gemm tune --rank region --backends ${G_BACKENDS:-triton} --m $ms \
+  --n "${ns[@]}" --k "$k" --budget-s "$budget" --out "$d/sm90_29_region.csv" --summary "$d/summary.json" \
   --log "$d/tune_log.jsonl.gz" > "$d/tune.txt" 2>&1
 echo "tune rc=$?"; grep -v '^tune:' "$d/tune.txt" | tail -n 10 | cut -c1-260
 python3 docs/benchmarks/h200/run29/changed_rows.py --summary "$d/summary.json" configs/sm90.csv "$d/sm90_29_region.csv" \
