@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run 39's first H200 call (device; from the repository root; carry .cutedsl .devsite .vllm_ll; timeout_s 590).
+# Run 39's first H200 call (device; from the repository root; carry .cutedsl .devsite .vllm_ll; timeout_s 300).
 # On an H200: V4-Pro overlapped at M=2, the H200's one 0.7x miss (0.72-0.80x in 34b, 34g, 38a, 38d). In 38a M=2
 # added 4.26 us a layer where M=4 added 3.45 and M=1 3.50; M=2's rows there are the H100's (N=1024 the dot
 # kernel, N 512 / 2048 Triton split-K), never ranked on an H200.
